@@ -1,0 +1,37 @@
+"""The artifact store's error family.
+
+Everything the store raises on purpose is an `ArtifactError`, so a caller can catch the
+whole family in one place; the subclasses say what went wrong in terms a user can act on.
+"""
+
+from quantgate.errors import QuantgateError
+
+
+class ArtifactError(QuantgateError):
+    """Base class for artifact store errors; the pipeline itself broke (exit code 3)."""
+
+    exit_code = 3
+
+
+class ArtifactNotFound(ArtifactError):
+    """A model, version, stage or alias the caller asked for does not exist."""
+
+
+class ArtifactCorrupt(ArtifactError):
+    """Stored bytes no longer match the digests recorded when they were committed."""
+
+
+class ArtifactExists(ArtifactError):
+    """The caller tried to write something that was already committed; committed data is immutable."""
+
+
+class StoreNotWritable(ArtifactError):
+    """The store's root folder cannot be created or written (bad input: exit code 2)."""
+
+    exit_code = 2
+
+
+class InvalidName(ArtifactError):
+    """A model, stage, alias or version name breaks the naming rules (bad input: exit code 2)."""
+
+    exit_code = 2

@@ -1,0 +1,190 @@
+"""How the store turns things into bytes on disk: canonical JSON, digests and atomic writes.
+
+Manifests and records are canonical JSON (sorted keys, fixed indent, no NaN) so the same
+content always hashes to the same digest. Files are written under a temporary name in their
+target folder and renamed into place, so a reader sees either nothing or the whole file.
+"""
+
+import hashlib
+import importlib.metadata
+import json
+import math
+import os
+import stat
+import tempfile
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import ArtifactError
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+# The libraries whose versions decide whether a stage's output can be reproduced.
+TRACKED_LIBRARIES = (
+    "paddlepaddle",
+    "paddleslim",
+    "paddle2onnx",
+    "onnx",
+    "onnxruntime",
+    "prefect",
+    "numpy",
+    "quantgate",
+)
+_CHUNK_BYTES = 1 << 20
+
+
+def utc_now() -> str:
+    """The current time as ISO-8601 in UTC, e.g. "2025-01-31T12:00:00.123+00:00"."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def to_json_safe(value: object, where: str) -> object:
+    """A copy of `value` that strict JSON can hold; NaN and infinities become None.
+
+    Raises:
+        ArtifactError: `value` holds something JSON cannot represent; the message names where.
+    """
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        # NaN is not JSON; null keeps the manifest readable by every JSON parser.
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        safe = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ArtifactError(
+                    f"{where} has key {key!r} of type {type(key).__name__}; JSON keys must be strings, "
+                    f"so use str(key)"
+                )
+            safe[key] = to_json_safe(item, f"{where}[{key!r}]")
+        return safe
+    if isinstance(value, (list, tuple)):
+        return [to_json_safe(item, f"{where}[{index}]") for index, item in enumerate(value)]
+    # numpy and paddle scalars are not floats, but their .item() is.
+    to_plain = getattr(value, "item", None)
+    if callable(to_plain):
+        try:
+            plain = to_plain()
+        except (TypeError, ValueError):
+            plain = value
+        if plain is None or isinstance(plain, (bool, int, float, str)):
+            return to_json_safe(plain, where)
+    raise ArtifactError(
+        f"{where} is a {type(value).__name__}, which JSON cannot hold; "
+        "convert it to a number, string, bool, list or dict (e.g. float(x) or x.tolist())"
+    )
+
+
+def canonical_json(value: object) -> bytes:
+    """Sorted, indented, strict JSON with a trailing newline: equal content, equal bytes."""
+    text = json.dumps(value, sort_keys=True, indent=2, allow_nan=False)
+    return (text + "\n").encode("utf-8")
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex sha256 of `data`."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path, fsync: bool = False) -> tuple[str, int]:
+    """Hex sha256 and size in bytes of the file at `path`, read in chunks.
+
+    With `fsync`, the file is also flushed to disk, which lets one read both hash and
+    persist a file that a stage wrote without syncing.
+    """
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as file:
+        while chunk := file.read(_CHUNK_BYTES):
+            digest.update(chunk)
+            size += len(chunk)
+        if fsync:
+            os.fsync(file.fileno())
+    return digest.hexdigest(), size
+
+
+def list_entries(folder: Path) -> list[str]:
+    """Posix paths, relative to `folder`, of every non-folder entry below it, sorted.
+
+    Symlinks are listed (never followed), so callers can refuse them.
+    """
+    entries = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        here = Path(dirpath)
+        linked_dirs = [name for name in dirnames if (here / name).is_symlink()]
+        for name in filenames + linked_dirs:
+            entries.append((here / name).relative_to(folder).as_posix())
+    return sorted(entries)
+
+
+@lru_cache(maxsize=1)
+def library_versions() -> dict[str, str]:
+    """Installed versions of TRACKED_LIBRARIES; "not installed" for those that are absent."""
+    versions = {}
+    for dist in TRACKED_LIBRARIES:
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = "not installed"
+    return versions
+
+
+def make_read_only(path: Path) -> None:
+    """Drop the write bits of `path`, so committed files resist accidental edits."""
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    os.chmod(path, mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush a folder's entries, so a rename into it survives a crash."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_temp(target: Path, data: bytes, mode: int) -> Path:
+    # Same folder as the target: a rename is only atomic within one filesystem.
+    fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    temp = Path(temp_name)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temp, mode)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return temp
+
+
+def write_new_file(target: Path, data: bytes) -> None:
+    """Atomically create `target` holding `data`, read-only; never replaces an existing file.
+
+    Raises:
+        FileExistsError: `target` already exists; it is left untouched.
+    """
+    temp = _write_temp(target, data, 0o444)
+    try:
+        # os.link refuses an existing target in the same step that publishes the file, so two
+        # writers can never both win, which an exists-check before os.replace cannot promise.
+        os.link(temp, target)
+    finally:
+        temp.unlink(missing_ok=True)
+    fsync_dir(target.parent)
+
+
+def replace_file(target: Path, data: bytes) -> None:
+    """Atomically write `data` to `target`, replacing any previous content in one step."""
+    temp = _write_temp(target, data, 0o644)
+    try:
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    fsync_dir(target.parent)
+

@@ -1,0 +1,323 @@
+"""The artifact store: the only code that knows where versions, stages and aliases live.
+
+    <root>/<model>/versions/v1/<stage>/manifest.json + files   committed stages
+    <root>/<model>/versions/v1/.staging-<stage>-<hex>/          in progress, invisible to readers
+    <root>/<model>/versions/v1/version.json                     the version's final record
+    <root>/<model>/aliases/<alias>.json                         e.g. latest, release
+
+Versions and stages only ever appear by an atomic mkdir or rename and are never rewritten;
+aliases are the one mutable thing, and each change replaces the whole file in one step.
+"""
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from .aliases import aliases_by_version, read_alias, write_alias
+from .errors import ArtifactCorrupt, ArtifactError, ArtifactExists, ArtifactNotFound, StoreNotWritable
+from .manifest import MANIFEST_NAME, canonical_json, sha256_bytes, to_json_safe, utc_now, write_new_file
+from .names import NAME_PATTERN, VERSION_PATTERN, StageRef, VersionInfo, VersionRef
+from .names import check_alias, check_model, check_stage, check_version, version_number
+from .verify import REBUILD_HINT, read_pinned_manifest, verify_stage_files
+from .writer import StageWriter
+
+VERSION_RECORD = "version.json"
+
+
+class ArtifactStore:
+    """Versioned, content-hashed storage for pipeline stage outputs, rooted at one folder."""
+
+    def __init__(self, root: str | os.PathLike):
+        """Open the store at `root`, creating the folder if needed.
+
+        Raises:
+            StoreNotWritable: `root` cannot be created or written to.
+        """
+        self.root = _prepare_root(Path(root).expanduser())
+
+    def __repr__(self) -> str:
+        return f"ArtifactStore({str(self.root)!r})"
+
+    # -- versions ---------------------------------------------------------------------------
+
+    def create_version(self, model: str) -> VersionRef:
+        """Allocate the next version (v1, v2, ...) of `model`; safe across concurrent processes.
+
+        Raises:
+            InvalidName: `model` breaks the naming rules.
+            StoreNotWritable: the version folder cannot be created.
+        """
+        versions_dir = self._model_dir(model) / "versions"
+        try:
+            versions_dir.mkdir(parents=True, exist_ok=True)
+            number = max(map(version_number, self._version_names(model)), default=0) + 1
+            while True:
+                try:
+                    # mkdir either creates the folder or fails, so each process that gets
+                    # through owns its number; a loser simply tries the next one.
+                    (versions_dir / f"v{number}").mkdir()
+                    break
+                except FileExistsError:
+                    number += 1
+        except OSError as exc:
+            raise StoreNotWritable(
+                f"cannot create a new version of model {model!r} under {versions_dir}: "
+                f"{exc.strerror or exc}; pass --store DIR or set QUANTGATE_STORE to a writable folder"
+            ) from exc
+        return VersionRef(model, f"v{number}", str(versions_dir / f"v{number}"))
+
+    def version(self, model: str, version: str) -> VersionRef:
+        """The existing `version` of `model`.
+
+        Raises:
+            InvalidName: `model` or `version` breaks the naming rules.
+            ArtifactNotFound: there is no such version; the message lists the ones that exist.
+        """
+        path = self._model_dir(model) / "versions" / check_version(version)
+        if not path.is_dir():
+            existing = ", ".join(self._version_names(model)) or "none"
+            raise ArtifactNotFound(
+                f"model {model!r} has no version {version} in store {self.root} (existing versions: "
+                f"{existing}); pick an existing version or run the pipeline to create one"
+            )
+        return VersionRef(model, version, str(path))
+
+    def models(self) -> list[str]:
+        """Names of the models that have a versions folder in this store, sorted."""
+        return sorted(
+            entry.name for entry in self.root.iterdir()
+            if NAME_PATTERN.fullmatch(entry.name) and ".." not in entry.name and (entry / "versions").is_dir()
+        )
+
+    def versions(self, model: str | None = None) -> list[VersionInfo]:
+        """Every version of `model` (of all models if None), sorted by model, then version number.
+
+        An unknown model has no versions, so it yields an empty list.
+
+        Raises:
+            InvalidName: `model` breaks the naming rules.
+            ArtifactCorrupt: a version record or alias file is not valid JSON.
+        """
+        models = [check_model(model)] if model is not None else self.models()
+        infos = []
+        for name in models:
+            aliases = aliases_by_version(self._model_dir(name) / "aliases", self.root)
+            for version in self._version_names(name):
+                record = self._version_record(name, version)
+                infos.append(VersionInfo(
+                    model=name,
+                    version=version,
+                    status=record.get("status", "incomplete"),
+                    aliases=aliases.get(version, ()),
+                    record=record,
+                    stages=tuple(self._committed_stages(name, version)),
+                ))
+        return infos
+
+    def finalize_version(self, version_ref: VersionRef, record: dict) -> None:
+        """Write the version's final record, version.json; a version is finalized only once.
+
+        The store adds model, version, finalized_at and "stages" ({stage: manifest sha256}),
+        overriding any keys of those names in `record`.
+
+        Raises:
+            ArtifactNotFound: the version does not exist.
+            ArtifactError: `record` is not a dict with a string "status", or is not JSON-safe.
+            ArtifactExists: the version is already finalized.
+        """
+        ref = self.version(version_ref.model, version_ref.version)
+        if not isinstance(record, dict) or not isinstance(record.get("status"), str) or not record["status"]:
+            raise ArtifactError(
+                f"the record for model {ref.model!r} {ref.version} needs a non-empty string 'status', "
+                f"e.g. {{'status': 'released'}}; got {record!r}"
+            )
+        version_dir = Path(ref.path)
+        final = dict(to_json_safe(record, "record"))
+        final.update(
+            model=ref.model,
+            version=ref.version,
+            finalized_at=utc_now(),
+            stages={
+                stage: sha256_bytes((version_dir / stage / MANIFEST_NAME).read_bytes())
+                for stage in self._committed_stages(ref.model, ref.version)
+            },
+        )
+        try:
+            write_new_file(version_dir / VERSION_RECORD, canonical_json(final))
+        except FileExistsError as exc:
+            raise ArtifactExists(
+                f"model {ref.model!r} {ref.version} is already finalized ({self._relative(version_dir / VERSION_RECORD)} "
+                "exists) and its record is immutable; create a new version instead"
+            ) from exc
+        except OSError as exc:
+            raise ArtifactError(
+                f"cannot write {self._relative(version_dir / VERSION_RECORD)}: {exc.strerror or exc}; "
+                "check that the store is writable"
+            ) from exc
+
+    # -- stages -----------------------------------------------------------------------------
+
+    def write_stage(self, version_ref: VersionRef, stage: str, config: dict,
+                    inputs: dict[str, StageRef]) -> StageWriter:
+        """A context manager whose folder (`writer.dir`) becomes stage `stage` on a clean exit.
+
+        Fill `writer.metrics` inside the block; read `writer.ref` after it.
+
+        Raises:
+            InvalidName: `stage` breaks the naming rules.
+            ArtifactNotFound: the version or an input stage does not exist.
+            ArtifactExists: the stage is already committed or the version is finalized
+                (checked again at commit).
+            ArtifactCorrupt: an input's manifest no longer matches its ref.
+            ArtifactError: `config` or the metrics cannot be stored as JSON.
+        """
+        ref = self.version(version_ref.model, version_ref.version)
+        target = Path(ref.path) / check_stage(stage)
+        label = f"stage {stage!r} of model {ref.model!r} {ref.version}"
+        if (Path(ref.path) / VERSION_RECORD).exists():
+            raise ArtifactExists(f"cannot write {label}: the version is finalized and takes no new stages; create a new version")
+        if target.exists():
+            raise ArtifactExists(f"{label} is already committed and immutable; write this run into a new version")
+        if not isinstance(config, dict):
+            raise ArtifactError(f"config for {label} must be a dict; got {type(config).__name__}")
+        safe_config = to_json_safe(config, "config")
+        if not isinstance(inputs, dict):
+            raise ArtifactError(f"inputs of {label} must be a dict of name -> StageRef; got {type(inputs).__name__}")
+        for name, input_ref in inputs.items():
+            if not isinstance(name, str) or not isinstance(input_ref, StageRef):
+                raise ArtifactError(
+                    f"inputs of {label} must map names to StageRef, got {name!r}: {type(input_ref).__name__}; "
+                    "pass the .ref of a committed stage writer or store.stage_ref(...)"
+                )
+            read_pinned_manifest(self._stage_dir(input_ref), input_ref, self.root)
+        return StageWriter(ref, stage, safe_config, dict(inputs), target, Path(ref.path) / VERSION_RECORD, self.root)
+
+    def stage_ref(self, version_ref: VersionRef, stage: str) -> StageRef:
+        """A ref to the committed `stage` of a version, pinned to its current manifest digest.
+
+        Raises:
+            InvalidName: a name breaks the naming rules.
+            ArtifactNotFound: the version or stage does not exist (staging folders do not count).
+        """
+        ref = self.version(version_ref.model, version_ref.version)
+        manifest = Path(ref.path) / check_stage(stage) / MANIFEST_NAME
+        if not manifest.is_file():
+            committed = ", ".join(self._committed_stages(ref.model, ref.version)) or "none"
+            raise ArtifactNotFound(
+                f"model {ref.model!r} {ref.version} has no committed stage {stage!r} (committed stages: "
+                f"{committed}); run that stage first"
+            )
+        return StageRef(ref.model, ref.version, stage, str(manifest.parent), sha256_bytes(manifest.read_bytes()))
+
+    def verify_stage(self, ref: StageRef) -> Path:
+        """Re-hash a committed stage against `ref`; return its folder only if every byte matches.
+
+        Raises:
+            InvalidName: a name in `ref` breaks the naming rules.
+            ArtifactNotFound: the stage folder or its manifest is gone.
+            ArtifactCorrupt: the manifest or a file changed, or a file is missing or extra.
+        """
+        return self._verified(ref)[0]
+
+    def read_manifest(self, ref: StageRef) -> dict:
+        """The manifest of a committed stage, after verifying the whole stage against `ref`.
+
+        Raises:
+            the same errors as verify_stage.
+        """
+        return self._verified(ref)[1]
+
+    # -- aliases ----------------------------------------------------------------------------
+
+    def set_alias(self, model: str, alias: str, version: str, reason: str = "") -> None:
+        """Point `alias` of `model` at a finalized `version`, replacing its old target atomically.
+
+        Raises:
+            InvalidName: a name breaks the naming rules.
+            ArtifactNotFound: the version does not exist.
+            ArtifactError: the version is not finalized yet.
+        """
+        check_alias(alias)
+        ref = self.version(model, version)
+        if not (Path(ref.path) / VERSION_RECORD).is_file():
+            finalized = [v for v in self._version_names(model) if (Path(ref.path).parent / v / VERSION_RECORD).is_file()]
+            raise ArtifactError(
+                f"cannot point alias {alias!r} of model {model!r} at {version}: that version is not finalized "
+                f"(no {VERSION_RECORD}); finalize it first or choose a finalized version "
+                f"({', '.join(finalized) or 'none yet'})"
+            )
+        aliases_dir = self._model_dir(model) / "aliases"
+        try:
+            write_alias(aliases_dir, model, alias, version, str(reason), self.root)
+        except OSError as exc:
+            raise ArtifactError(
+                f"cannot write alias {alias!r} of model {model!r} in {aliases_dir}: {exc.strerror or exc}; "
+                "check that the store is writable"
+            ) from exc
+
+    def alias(self, model: str, alias: str) -> str | None:
+        """The version `alias` of `model` points at, or None if the alias was never set.
+
+        Raises:
+            InvalidName: a name breaks the naming rules.
+            ArtifactCorrupt: the alias file is not a valid alias record.
+        """
+        return read_alias(self._model_dir(model) / "aliases" / f"{check_alias(alias)}.json", self.root)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _model_dir(self, model: str) -> Path:
+        return self.root / check_model(model)
+
+    def _relative(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+    def _version_names(self, model: str) -> list[str]:
+        versions_dir = self._model_dir(model) / "versions"
+        if not versions_dir.is_dir():
+            return []
+        names = [e.name for e in versions_dir.iterdir() if VERSION_PATTERN.fullmatch(e.name) and e.is_dir()]
+        return sorted(names, key=version_number)
+
+    def _committed_stages(self, model: str, version: str) -> list[str]:
+        # Staging folders start with "." and so never match the name rules: readers skip them.
+        version_dir = self._model_dir(model) / "versions" / version
+        return sorted(
+            entry.name for entry in version_dir.iterdir()
+            if NAME_PATTERN.fullmatch(entry.name) and (entry / MANIFEST_NAME).is_file()
+        )
+
+    def _version_record(self, model: str, version: str) -> dict:
+        path = self._model_dir(model) / "versions" / version / VERSION_RECORD
+        try:
+            return json.loads(path.read_bytes())
+        except FileNotFoundError:
+            return {}
+        except ValueError as exc:
+            raise ArtifactCorrupt(f"version record {self._relative(path)} is not valid JSON ({exc}); {REBUILD_HINT}") from exc
+
+    def _stage_dir(self, ref: StageRef) -> Path:
+        return self._model_dir(ref.model) / "versions" / check_version(ref.version) / check_stage(ref.stage)
+
+    def _verified(self, ref: StageRef) -> tuple[Path, dict]:
+        stage_dir = self._stage_dir(ref)
+        data = read_pinned_manifest(stage_dir, ref, self.root)
+        return stage_dir, verify_stage_files(stage_dir, ref, data, self.root)
+
+
+def _prepare_root(root: Path) -> Path:
+    """Create `root` if needed and prove it writable by creating and removing a probe file."""
+    try:
+        if root.exists() and not root.is_dir():
+            raise NotADirectoryError(f"{root} exists and is not a folder")
+        root.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=root)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise StoreNotWritable(
+            f"artifact store {root.absolute()} is not writable ({exc.strerror or exc}); "
+            "pass --store DIR or set QUANTGATE_STORE to a folder you can write to"
+        ) from exc
+    return root.resolve()

@@ -1,0 +1,169 @@
+"""Writing one stage: a private staging folder that becomes a committed stage in one rename."""
+
+import errno
+import os
+import shutil
+import stat
+import time
+import uuid
+from pathlib import Path
+
+from .errors import ArtifactError, ArtifactExists
+from .manifest import (
+    MANIFEST_NAME,
+    SCHEMA_VERSION,
+    canonical_json,
+    fsync_dir,
+    library_versions,
+    list_entries,
+    make_read_only,
+    sha256_bytes,
+    sha256_file,
+    to_json_safe,
+    utc_now,
+)
+from .names import StageRef, VersionRef
+
+
+class StageWriter:
+    """The staging folder of one stage; a clean exit of its with-block commits it.
+
+    Made by ArtifactStore.write_stage. Readers never see the staging folder: the commit
+    hashes every file, writes manifest.json and renames the complete folder into place in
+    one step. An exception inside the block removes the folder and propagates unchanged.
+    """
+
+    def __init__(self, version: VersionRef, stage: str, config: dict, inputs: dict[str, StageRef],
+                 target: Path, version_record: Path, store_root: Path):
+        self.dir = target.parent / f".staging-{stage}-{uuid.uuid4().hex}"
+        self.metrics: dict = {}
+        self._version = version
+        self._stage = stage
+        self._config = config
+        self._inputs = {
+            name: {"model": ref.model, "version": ref.version, "stage": ref.stage,
+                   "manifest_sha256": ref.manifest_sha256}
+            for name, ref in inputs.items()
+        }
+        self._target = target
+        self._version_record = version_record
+        self._store_root = store_root
+        self._label = f"stage {stage!r} of model {version.model!r} {version.version}"
+        self._ref: StageRef | None = None
+        self._started_at = ""
+        self._started = 0.0
+
+    @property
+    def ref(self) -> StageRef:
+        """The committed stage.
+
+        Raises:
+            ArtifactError: the with-block has not finished committing yet.
+        """
+        if self._ref is None:
+            raise ArtifactError(f"{self._label} is not committed yet; read writer.ref after the with-block ends")
+        return self._ref
+
+    def __enter__(self) -> "StageWriter":
+        try:
+            self.dir.mkdir()
+        except OSError as exc:
+            raise ArtifactError(
+                f"cannot create the staging folder {self._relative(self.dir)} for {self._label}: "
+                f"{exc.strerror or exc}; check that the store is writable"
+            ) from exc
+        self._started_at = utc_now()
+        self._started = time.monotonic()
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> bool:
+        if exc_type is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            return False  # let the caller's exception propagate unchanged
+        try:
+            self._commit()
+        except OSError as exc:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise ArtifactError(
+                f"cannot commit {self._label}: {exc.strerror or exc} ({exc.filename}); "
+                "check that the store is writable and has free space, then run the stage again"
+            ) from exc
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
+        return False
+
+    def _commit(self) -> None:
+        metrics = to_json_safe(self.metrics, "metrics")
+        files = self._hash_outputs()
+        manifest = {
+            "schema": SCHEMA_VERSION,
+            "model": self._version.model,
+            "version": self._version.version,
+            "stage": self._stage,
+            "config": self._config,
+            "inputs": self._inputs,
+            "files": files,
+            "metrics": metrics,
+            "libraries": dict(library_versions()),
+            "started_at": self._started_at,
+            "finished_at": utc_now(),
+            "duration_s": round(time.monotonic() - self._started, 6),
+        }
+        data = canonical_json(manifest)
+        manifest_path = self.dir / MANIFEST_NAME
+        with open(manifest_path, "xb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        make_read_only(manifest_path)
+        for dirpath, _, _ in os.walk(self.dir, topdown=False):
+            fsync_dir(Path(dirpath))
+        self._publish()
+        self._ref = StageRef(self._version.model, self._version.version, self._stage,
+                             str(self._target), sha256_bytes(data))
+
+    def _hash_outputs(self) -> dict[str, dict]:
+        files = {}
+        for relpath in list_entries(self.dir):
+            path = self.dir / relpath
+            if relpath == MANIFEST_NAME:
+                raise ArtifactError(
+                    f"{self._label} wrote its own {MANIFEST_NAME}; the store writes that file, "
+                    "so save the stage's file under another name"
+                )
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                raise ArtifactError(
+                    f"{self._label} produced {relpath!r}, which is not a regular file (a symlink, pipe "
+                    "or socket); stage outputs must be real files so their bytes can be hashed and kept"
+                )
+            digest, size = sha256_file(path, fsync=True)
+            make_read_only(path)
+            files[relpath] = {"sha256": digest, "bytes": size}
+        return files
+
+    def _publish(self) -> None:
+        if self._version_record.exists():
+            raise ArtifactExists(
+                f"model {self._version.model!r} {self._version.version} was finalized while {self._label} "
+                "was running; a finalized version takes no new stages, so create a new version"
+            )
+        already = ArtifactExists(
+            f"{self._label} is already committed at {self._relative(self._target)}; committed stages "
+            "are immutable, so write this run into a new version"
+        )
+        if self._target.exists():
+            raise already
+        try:
+            # A rename onto a non-empty folder fails, so of two racing writers only one commits.
+            os.rename(self.dir, self._target)
+        except OSError as exc:
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                raise already from exc
+            raise ArtifactError(
+                f"cannot commit {self._label} to {self._relative(self._target)}: {exc.strerror or exc}"
+            ) from exc
+        fsync_dir(self._target.parent)
+
+    def _relative(self, path: Path) -> str:
+        return path.relative_to(self._store_root).as_posix()

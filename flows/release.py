@@ -1,0 +1,100 @@
+"""The `release` flow: train → export → quantize → convert → evaluate → gate → publish.
+
+Run it with `quantgate run`, as a script, or from a deployment in prefect.yaml.
+"""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from quantgate.artifacts import ArtifactExists, ArtifactStore, StageRef, VersionRef
+from quantgate.config import PipelineConfig
+from quantgate.flows.report import publish_report
+from quantgate.flows.tasks import (
+    convert_task,
+    data_task,
+    evaluate_task,
+    export_task,
+    gate_task,
+    quantize_task,
+    train_task,
+)
+from quantgate.settings import resolve_store_root
+from quantgate.stages.errors import GateFailed
+from quantgate.stages.gate import Criterion
+
+STAGES = ("data", "train", "export", "quantize", "convert", "evaluate", "gate")
+
+
+def version_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str, StageRef]) -> dict:
+    """The version's final record: the gate verdict, the headline numbers and each stage's wall time."""
+    manifests = {stage: store.read_manifest(ref) for stage, ref in refs.items()}
+    gate = manifests["gate"]["metrics"]
+    evaluation = manifests["evaluate"]["metrics"]
+    headline = ("fp32_top1_pct", "int8_top1_pct", "accuracy_delta_pts", "agreement",
+                "latency_ms_p50_fp32", "latency_ms_p50_int8", "model_bytes_fp32", "model_bytes_int8")
+    return {
+        "status": "passed" if gate["passed"] else "failed",
+        "gate": gate,
+        "metrics": {key: evaluation[key] for key in headline},
+        "amp": manifests["train"]["metrics"]["amp"],
+        "data_fingerprint_sha256": manifests["data"]["metrics"]["fingerprint_sha256"],
+        "stage_seconds": {stage: manifests[stage]["duration_s"] for stage in refs},
+        "config": config.model_dump(mode="json"),
+    }
+
+
+def record_error(store: ArtifactStore, version: VersionRef, config: PipelineConfig, exc: Exception) -> None:
+    """Mark the version as errored, so it never looks complete; keep what its stages committed."""
+    try:
+        store.finalize_version(
+            version, {"status": "error", "error": f"{type(exc).__name__}: {exc}", "config": config.model_dump(mode="json")}
+        )
+        exc.add_note(f"version {version.model}/{version.version} is recorded with status 'error' in {version.path}")
+    except ArtifactExists:
+        pass  # publish finalized it before failing; that record stands
+
+
+@task(name="publish", retries=0, cache_policy=NO_CACHE)
+def publish_task(store_root: str, version: VersionRef, config: PipelineConfig, refs: dict[str, StageRef]) -> dict:
+    """Finalize the version, move `latest`, and move `release` only if the gate passed."""
+    store = ArtifactStore(store_root)
+    record = version_record(store, config, refs)
+    store.finalize_version(version, record)
+    store.set_alias(version.model, "latest", version.version, reason=f"run finished: gate {record['status']}")
+    if record["status"] == "passed":
+        store.set_alias(version.model, "release", version.version, reason="gate passed")
+        get_run_logger().info("release -> %s/%s", version.model, version.version)
+    return record
+
+
+@flow(name="release", validate_parameters=True)
+def release(config: PipelineConfig = PipelineConfig(), store: str | None = None) -> str:
+    """Train, quantize and gate one new version; returns its name, or raises GateFailed.
+
+    Raises:
+        GateFailed: the INT8 model missed the policy; the version is kept, `release` is not moved.
+    """
+    root = str(resolve_store_root(store))
+    artifact_store = ArtifactStore(root)
+    version = artifact_store.create_version(config.model_name)
+    get_run_logger().info("new version %s/%s in %s", version.model, version.version, root)
+    try:
+        refs: dict[str, StageRef] = {}
+        refs["data"] = data_task(root, version, config.data)
+        refs["train"] = train_task(root, version, config.train, refs["data"])
+        refs["export"] = export_task(root, version, refs["train"], refs["data"])
+        refs["quantize"] = quantize_task(root, version, config.quantize, refs["export"], refs["data"])
+        refs["convert"] = convert_task(root, version, refs["export"], refs["quantize"])
+        refs["evaluate"] = evaluate_task(root, version, config.evaluate, refs["convert"], refs["data"])
+        refs["gate"] = gate_task(root, version, config.gate, refs["evaluate"])
+        record = publish_task(root, version, config, refs)
+    except Exception as exc:
+        record_error(artifact_store, version, config, exc)
+        raise
+    publish_report(version, record, artifact_store.alias(version.model, "release"))
+    if record["status"] != "passed":
+        failed = [Criterion(**criterion) for criterion in record["gate"]["criteria"] if not criterion["passed"]]
+        raise GateFailed(version.model, version.version, [criterion.describe() for criterion in failed])
+    return version.version

@@ -1,0 +1,124 @@
+"""Prefect tasks: each runs one stage into the store and hands the next task a verified StageRef.
+
+Tasks pass store references (paths and manifest digests), never arrays, models or sessions.
+Every input is re-hashed by the store before a stage reads it. Stages are deterministic, so
+a retry would only repeat a failure: no retries; and no cache, because a version is a fresh
+record of one run (reuse across runs is keyed on content, in the store, not by Prefect).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from quantgate.artifacts import ArtifactStore, StageRef, VersionRef
+from quantgate.config import DataConfig, EvaluateConfig, GatePolicy, QuantizeConfig, TrainConfig
+from quantgate.stages.convert import convert
+from quantgate.stages.data import SPLITS_FILE, prepare_data
+from quantgate.stages.evaluate import evaluate
+from quantgate.stages.export import export
+from quantgate.stages.gate import gate
+from quantgate.stages.quantize import quantize
+from quantgate.stages.train import ARCHITECTURE, train
+
+STAGE_TASK = {"retries": 0, "cache_policy": NO_CACHE}
+
+
+def run_stage(
+    store_root: str,
+    version: VersionRef,
+    stage: str,
+    config: dict,
+    inputs: dict[str, StageRef],
+    work: Callable[[dict[str, Path], Path], object],
+) -> StageRef:
+    """Verify the inputs, run `work(input_dirs, out_dir)` in a staging folder, commit it, return its ref."""
+    store = ArtifactStore(store_root)
+    input_dirs = {name: store.verify_stage(ref) for name, ref in inputs.items()}
+    with store.write_stage(version, stage, config, inputs) as writer:
+        result = work(input_dirs, writer.dir)
+        writer.metrics.update(result.metrics)
+    get_run_logger().info("%s %s committed: %s", version.version, stage, writer.ref.path)
+    return writer.ref
+
+
+@task(name="data", **STAGE_TASK)
+def data_task(store_root: str, version: VersionRef, config: DataConfig) -> StageRef:
+    """Load and split the dataset."""
+    return run_stage(
+        store_root, version, "data", config.model_dump(mode="json"), {},
+        lambda _, out: prepare_data(config, out),
+    )
+
+
+@task(name="train", **STAGE_TASK)
+def train_task(store_root: str, version: VersionRef, config: TrainConfig, data: StageRef) -> StageRef:
+    """Train under AMP and keep the float32 master weights."""
+    ref = run_stage(
+        store_root, version, "train", config.model_dump(mode="json"), {"data": data},
+        lambda dirs, out: train(config, dirs["data"] / SPLITS_FILE, out),
+    )
+    amp = ArtifactStore(store_root).read_manifest(ref)["metrics"]["amp"]
+    get_run_logger().info("AMP requested %s/%s, effective: %s (%s)",
+                          config.amp.level, config.amp.dtype, amp["effective"], amp["reason"])
+    return ref
+
+
+@task(name="export", **STAGE_TASK)
+def export_task(store_root: str, version: VersionRef, trained: StageRef, data: StageRef) -> StageRef:
+    """Save the FP32 inference model and check it against training."""
+    return run_stage(
+        store_root, version, "export", {"architecture": ARCHITECTURE}, {"train": trained, "data": data},
+        lambda dirs, out: export(
+            dirs["train"] / "weights.npz", dirs["train"] / "reference_logits.npy",
+            dirs["data"] / SPLITS_FILE, ARCHITECTURE, out,
+        ),
+    )
+
+
+@task(name="quantize", **STAGE_TASK)
+def quantize_task(
+    store_root: str, version: VersionRef, config: QuantizeConfig, exported: StageRef, data: StageRef
+) -> StageRef:
+    """PaddleSlim post-training INT8 quantization on the calibration split."""
+    return run_stage(
+        store_root, version, "quantize", config.model_dump(mode="json"), {"export": exported, "data": data},
+        lambda dirs, out: quantize(
+            config, dirs["export"], "model.pdmodel", "model.pdiparams", dirs["data"] / SPLITS_FILE, out
+        ),
+    )
+
+
+@task(name="convert", **STAGE_TASK)
+def convert_task(store_root: str, version: VersionRef, exported: StageRef, quantized: StageRef) -> StageRef:
+    """paddle2onnx for both models."""
+    return run_stage(
+        store_root, version, "convert", {"opset": 13}, {"export": exported, "quantize": quantized},
+        lambda dirs, out: convert(dirs["export"], dirs["quantize"], "model.pdmodel", "model.pdiparams", out),
+    )
+
+
+@task(name="evaluate", **STAGE_TASK)
+def evaluate_task(
+    store_root: str, version: VersionRef, config: EvaluateConfig, converted: StageRef, data: StageRef
+) -> StageRef:
+    """FP32 vs INT8 in onnxruntime on the test split."""
+    return run_stage(
+        store_root, version, "evaluate", config.model_dump(mode="json"), {"convert": converted, "data": data},
+        lambda dirs, out: evaluate(
+            config, dirs["convert"] / "fp32.onnx", dirs["convert"] / "int8.onnx", dirs["data"] / SPLITS_FILE, out
+        ),
+    )
+
+
+@task(name="gate", **STAGE_TASK)
+def gate_task(store_root: str, version: VersionRef, policy: GatePolicy, evaluated: StageRef) -> StageRef:
+    """Apply the release policy to the evaluation's metrics."""
+    metrics = ArtifactStore(store_root).read_manifest(evaluated)["metrics"]
+    return run_stage(
+        store_root, version, "gate", policy.model_dump(mode="json"), {"evaluate": evaluated},
+        lambda _, out: gate(policy, metrics, out),
+    )

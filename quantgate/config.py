@@ -1,0 +1,181 @@
+"""The one configuration schema, shared by the CLI, YAML files and Prefect deployment parameters.
+
+Every field has a default and a one-line description; unknown keys are errors, so a typo
+never silently falls back to a default. `load_config` turns pydantic's validation errors
+into one `ConfigError` that lists every bad field with its value and what is allowed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from quantgate.errors import ConfigError
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+
+
+class Section(BaseModel):
+    """Base for config sections: frozen, and unknown keys are refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataConfig(Section):
+    dataset: Literal["digits"] = Field("digits", description="Built-in dataset to train and gate on.")
+    seed: int = Field(0, ge=0, description="Seed of the stratified train/calibration/test split.")
+    calibration_fraction: float = Field(
+        0.15, gt=0, lt=0.5, description="Share of the data held out for INT8 calibration."
+    )
+    test_fraction: float = Field(
+        0.2, gt=0, lt=0.5, description="Share of the data held out for the FP32 vs INT8 accuracy check."
+    )
+
+
+class AmpConfig(Section):
+    enabled: bool = Field(True, description="Train under paddle.amp.auto_cast with a GradScaler.")
+    level: Literal["O1", "O2"] = Field(
+        "O1", description="O1: per-op casting by white/black list; O2: low-precision params with float32 master weights."
+    )
+    dtype: Literal["float16", "bfloat16"] = Field("float16", description="Low-precision compute type.")
+    custom_white_list: tuple[str, ...] = Field((), description="Extra ops to run in low precision.")
+    custom_black_list: tuple[str, ...] = Field((), description="Extra ops to keep in float32.")
+    init_loss_scaling: float = Field(2.0**15, gt=0, description="Initial loss scale of the GradScaler.")
+    incr_ratio: float = Field(2.0, gt=1, description="Factor the loss scale grows by after a run of finite steps.")
+    decr_ratio: float = Field(0.5, gt=0, lt=1, description="Factor the loss scale shrinks by after overflows.")
+    incr_every_n_steps: int = Field(1000, ge=1, description="Finite steps in a row before the scale grows.")
+    decr_every_n_nan_or_inf: int = Field(2, ge=1, description="Overflowing steps before the scale shrinks.")
+    use_dynamic_loss_scaling: bool = Field(True, description="Adjust the loss scale during training.")
+
+    @field_validator("custom_white_list", "custom_black_list")
+    @classmethod
+    def _op_names_are_plain(cls, ops: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [op for op in ops if not op or not op.replace("_", "").isalnum()]
+        if bad:
+            raise ValueError(f"op names must be Paddle op types such as 'conv2d' or 'softmax', got {bad}")
+        return ops
+
+
+class TrainConfig(Section):
+    epochs: int = Field(12, ge=1, le=10_000, description="Passes over the training split.")
+    batch_size: int = Field(64, ge=1, le=65_536, description="Samples per training step.")
+    learning_rate: float = Field(2e-3, gt=0, le=10, description="Adam learning rate.")
+    seed: int = Field(0, ge=0, description="Seed of weight initialisation and shuffling.")
+    max_nonfinite_steps: int = Field(
+        20, ge=1, description="Consecutive steps with a NaN/inf loss before training is declared diverged."
+    )
+    amp: AmpConfig = Field(default_factory=AmpConfig, description="Mixed-precision settings.")
+
+
+class QuantizeConfig(Section):
+    algo: Literal["hist", "KL", "mse", "avg", "abs_max", "min_max"] = Field(
+        "hist", description="PaddleSlim activation calibration algorithm."
+    )
+    hist_percent: float = Field(0.9999, gt=0, le=1, description="Percentile kept by the 'hist' algorithm.")
+    batch_size: int = Field(32, ge=1, description="Calibration samples per batch.")
+    batch_nums: int | None = Field(
+        None, ge=1, description="Calibration batches to run; null runs the whole calibration split."
+    )
+    weight_quantize_type: Literal["channel_wise_abs_max", "abs_max"] = Field(
+        "channel_wise_abs_max", description="Per-channel or per-tensor weight scales."
+    )
+
+
+class EvaluateConfig(Section):
+    batch_size: int = Field(64, ge=1, description="Samples per onnxruntime call when measuring accuracy and latency.")
+    threads: int = Field(2, ge=1, le=256, description="onnxruntime intra-op threads, fixed so latencies compare.")
+    latency_repeats: int = Field(30, ge=3, le=10_000, description="Timed runs per model; the median is reported.")
+
+
+class GatePolicy(Section):
+    max_accuracy_drop: float = Field(
+        1.0, ge=0, le=100, description="Largest allowed top-1 drop of INT8 vs FP32, in percentage points."
+    )
+    min_agreement: float = Field(
+        0.98, ge=0, le=1, description="Smallest allowed share of test samples where INT8 and FP32 predict the same class."
+    )
+    min_int8_accuracy: float = Field(
+        0.0, ge=0, le=100, description="Smallest allowed INT8 top-1 accuracy, in percent (0 disables the floor)."
+    )
+
+
+class PipelineConfig(Section):
+    model_name: str = Field(
+        "digits-cnn", pattern=NAME_PATTERN, description="Name the versions are stored under (lowercase, digits, . _ -)."
+    )
+    data: DataConfig = Field(default_factory=DataConfig, description="Dataset and split.")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="Training and AMP.")
+    quantize: QuantizeConfig = Field(default_factory=QuantizeConfig, description="PaddleSlim post-training quantization.")
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="onnxruntime evaluation.")
+    gate: GatePolicy = Field(default_factory=GatePolicy, description="Release gate policy.")
+
+
+def describe_validation_error(error: ValidationError) -> list[str]:
+    """One readable line per bad field: where it is, what was given, what is allowed."""
+    problems = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        if item["type"] == "extra_forbidden":
+            problems.append(f"{where}: unknown key (check the spelling; see the schema in quantgate/config.py)")
+            continue
+        given = item.get("input")
+        problems.append(f"{where}: {item['msg']} (got {given!r})")
+    return problems
+
+
+def validate_config(raw: dict[str, Any]) -> PipelineConfig:
+    """Validate a plain dict into a PipelineConfig.
+
+    Raises:
+        ConfigError: listing every invalid or unknown field.
+    """
+    try:
+        return PipelineConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc)) from exc
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Read a YAML config file into a dict.
+
+    Raises:
+        ConfigError: the file is missing, is not valid YAML, or is not a mapping.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"config file {path}: cannot be read ({exc.strerror}); check the path"]) from exc
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"config file {path}: not valid YAML ({exc}); fix the syntax"]) from exc
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError([f"config file {path}: expected a mapping of settings, got {type(loaded).__name__}"])
+    return loaded
+
+
+def apply_override(raw: dict[str, Any], assignment: str) -> None:
+    """Apply one `dotted.key=value` override in place; the value is parsed as YAML (so 3, 0.5, true work).
+
+    Raises:
+        ConfigError: the assignment has no '=' or walks through a non-mapping.
+    """
+    key, sep, value = assignment.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError([f"override {assignment!r}: expected KEY=VALUE such as train.epochs=3"])
+    parts = key.strip().split(".")
+    node = raw
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError([f"override {assignment!r}: {part!r} is a value, not a section"])
+        node = child
+    try:
+        node[parts[-1]] = yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"override {assignment!r}: value is not valid YAML ({exc})"]) from exc

@@ -1,0 +1,35 @@
+"""Network architectures the pipeline can train, by name."""
+
+from __future__ import annotations
+
+import paddle
+from paddle import nn
+
+
+class DigitsCNN(nn.Layer):
+    """A small conv + BatchNorm + linear classifier for 8x8 grey images."""
+
+    def __init__(self, num_classes: int = 10, in_channels: int = 1, image_size: int = 8):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2D(in_channels, 16, kernel_size=3, padding=1),
+            nn.BatchNorm2D(16),
+            nn.ReLU(),
+            nn.Conv2D(16, 32, kernel_size=3, padding=1),
+            nn.BatchNorm2D(32),
+            nn.ReLU(),
+            nn.MaxPool2D(kernel_size=2),
+        )
+        self.classifier = nn.Linear(32 * (image_size // 2) ** 2, num_classes)
+
+    def forward(self, x):
+        return self.classifier(paddle.flatten(self.features(x), start_axis=1))
+
+
+ARCHITECTURES = {"digits_cnn": DigitsCNN}
+
+
+def build_model(architecture: str, num_classes: int, input_shape: tuple[int, ...]) -> nn.Layer:
+    """Instantiate `architecture` for inputs of shape (C, H, W)."""
+    channels, height, _ = input_shape
+    return ARCHITECTURES[architecture](num_classes=num_classes, in_channels=channels, image_size=height)

@@ -1,0 +1,101 @@
+"""Quantize stage: PaddleSlim post-training INT8 quantization, calibrated on the held-out split."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import paddle
+from paddleslim.quant import quant_post_static
+
+from quantgate.config import QuantizeConfig
+from quantgate.stages.data import load_splits
+from quantgate.stages.errors import QuantizationError
+from quantgate.stages.static_graph import load_program, op_counts, static_mode
+
+MODEL_FILE = "model.pdmodel"
+PARAMS_FILE = "model.pdiparams"
+
+
+@dataclass(frozen=True)
+class QuantizeResult:
+    model_file: str
+    params_file: str
+    metrics: dict
+
+
+def calibration_batches(samples: int, config: QuantizeConfig) -> int:
+    """How many calibration batches will run.
+
+    Raises:
+        QuantizationError: more batches were asked for than the calibration split holds.
+    """
+    available = math.ceil(samples / config.batch_size)
+    if config.batch_nums is None:
+        return available
+    if config.batch_nums > available:
+        raise QuantizationError(
+            f"quantize.batch_nums={config.batch_nums} with quantize.batch_size={config.batch_size} needs "
+            f"{config.batch_nums * config.batch_size} calibration samples, but the calibration split has {samples} "
+            f"({available} batches); lower quantize.batch_nums or raise data.calibration_fraction"
+        )
+    return config.batch_nums
+
+
+def quantize(
+    config: QuantizeConfig, model_dir: Path, model_file: str, params_file: str, splits_path: Path, out_dir: Path
+) -> QuantizeResult:
+    """Run PaddleSlim `quant_post_static` on the exported FP32 model (ONNX-style quantize_linear ops).
+
+    Raises:
+        QuantizationError: the calibration split is too small for the requested batches.
+    """
+    images = load_splits(splits_path).x_calibration
+    batches = calibration_batches(len(images), config)
+
+    with static_mode():
+        _, _, fp32_program, feeds, _ = load_program(Path(model_dir) / Path(model_file).stem)
+
+        def calibration_feed():
+            for index in range(batches):
+                yield {feeds[0]: images[index * config.batch_size : (index + 1) * config.batch_size]}
+
+        scope = paddle.static.Scope()  # fresh, so runs in one process never see each other's variables
+        with paddle.static.scope_guard(scope):
+            quant_post_static(
+                executor=paddle.static.Executor(paddle.CPUPlace()),
+                model_dir=str(model_dir),
+                quantize_model_path=str(out_dir),
+                data_loader=calibration_feed,
+                model_filename=model_file,
+                params_filename=params_file,
+                save_model_filename=MODEL_FILE,
+                save_params_filename=PARAMS_FILE,
+                batch_size=config.batch_size,
+                batch_nums=batches,
+                scope=scope,
+                algo=config.algo,
+                hist_percent=config.hist_percent,
+                weight_quantize_type=config.weight_quantize_type,
+                onnx_format=True,
+            )
+        _, _, int8_program, _, _ = load_program(Path(out_dir) / Path(MODEL_FILE).stem)
+    counts = op_counts(int8_program)
+    if not counts.get("quantize_linear"):
+        raise QuantizationError(
+            "PaddleSlim inserted no quantize_linear op: the model has no quantizable conv/matmul layers"
+        )
+    return QuantizeResult(
+        model_file=MODEL_FILE,
+        params_file=PARAMS_FILE,
+        metrics={
+            "algo": config.algo,
+            "calibration_batches": batches,
+            "calibration_samples": min(len(images), batches * config.batch_size),
+            "quantize_linear_ops": counts.get("quantize_linear", 0),
+            "dequantize_linear_ops": counts.get("dequantize_linear", 0),
+            "fp32_ops": op_counts(fp32_program),
+            "int8_ops": counts,
+        },
+    )

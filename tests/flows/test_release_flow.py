@@ -1,0 +1,79 @@
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from quantgate.artifacts import ArtifactStore
+from quantgate.flows.release import STAGES, release
+from quantgate.stages.errors import GateFailed, QuantizationError
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def store_with_release(tmp_path_factory, tiny_config):
+    root = tmp_path_factory.mktemp("store")
+    version = release(config=tiny_config(), store=str(root))
+    return root, version
+
+
+def test_a_passing_run_is_committed_hashed_and_released(store_with_release):
+    root, version = store_with_release
+    assert version == "v1"
+    store = ArtifactStore(root)
+    assert store.alias("digits-cnn", "release") == "v1" == store.alias("digits-cnn", "latest")
+    version_dir = root / "digits-cnn" / "versions" / "v1"
+    assert sorted(p.name for p in version_dir.iterdir()) == sorted([*STAGES, "version.json"])  # no staging left
+
+    for stage in STAGES:
+        manifest = json.loads((version_dir / stage / "manifest.json").read_text())
+        assert manifest["stage"] == stage and manifest["version"] == "v1"
+        on_disk = {p.relative_to(version_dir / stage).as_posix() for p in (version_dir / stage).rglob("*")
+                   if p.is_file() and p.name != "manifest.json"}
+        assert set(manifest["files"]) == on_disk
+        for name, entry in manifest["files"].items():
+            assert sha256(version_dir / stage / name) == entry["sha256"]
+        assert {"paddlepaddle", "paddleslim", "paddle2onnx", "onnxruntime", "prefect"} <= set(manifest["libraries"])
+
+    train = json.loads((version_dir / "train" / "manifest.json").read_text())
+    assert train["inputs"]["data"]["manifest_sha256"] == sha256(version_dir / "data" / "manifest.json")
+    assert train["metrics"]["amp"]["effective"] is False and train["metrics"]["amp"]["requested"]["level"] == "O1"
+    record = json.loads((version_dir / "version.json").read_text())
+    assert record["status"] == "passed" and record["gate"]["passed"] is True
+    assert record["metrics"]["fp32_top1_pct"] > 85
+
+
+def test_a_policy_the_run_cannot_meet_fails_and_leaves_release(store_with_release, tiny_config):
+    root, _ = store_with_release
+    # An INT8 top-1 of 100 % on 360 real test digits after one epoch at a negligible learning rate
+    # is out of reach; the floor is valid, so the run goes all the way to the gate and fails there.
+    config = tiny_config(train={"epochs": 1, "learning_rate": 1e-9}, gate={"min_int8_accuracy": 100.0})
+    with pytest.raises(GateFailed) as caught:
+        release(config=config, store=str(root))
+    assert caught.value.version == "v2"
+    assert "int8_top1_pct" in str(caught.value) and "must be >= 100" in str(caught.value)
+    store = ArtifactStore(root)
+    assert store.alias("digits-cnn", "release") == "v1"
+    assert store.alias("digits-cnn", "latest") == "v2"
+    gate = json.loads((root / "digits-cnn" / "versions" / "v2" / "gate" / "gate.json").read_text())
+    assert gate["passed"] is False
+    failed = [c for c in gate["criteria"] if not c["passed"]]
+    assert [c["name"] for c in failed] == ["int8_top1_pct"] and failed[0]["threshold"] == 100.0
+    assert {info.version: info.status for info in store.versions("digits-cnn")}["v2"] == "failed"
+
+
+def test_a_stage_error_marks_the_version_and_moves_nothing(store_with_release, tiny_config):
+    root, _ = store_with_release
+    config = tiny_config(quantize={"batch_nums": 1000})
+    with pytest.raises(QuantizationError, match="lower quantize.batch_nums") as caught:
+        release(config=config, store=str(root))
+    assert any("recorded with status 'error'" in note for note in caught.value.__notes__)
+    store = ArtifactStore(root)
+    errored = [info for info in store.versions("digits-cnn") if info.status == "error"]
+    assert len(errored) == 1 and "QuantizationError" in errored[0].record["error"]
+    version_dir = root / "digits-cnn" / "versions" / errored[0].version
+    assert sorted(p.name for p in version_dir.iterdir()) == ["data", "export", "train", "version.json"]
+    assert store.alias("digits-cnn", "release") == "v1"

@@ -1,0 +1,72 @@
+"""The `quantgate` console command as a user runs it: real processes, real exit codes."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TINY_RUN = ["--epochs", "3", "--set", "evaluate.latency_repeats=3"]
+
+
+def quantgate(*args: str, home: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    beside_python = Path(sys.executable).parent / "quantgate"
+    executable = str(beside_python) if beside_python.exists() else shutil.which("quantgate")
+    assert executable, "the quantgate console script is not installed (pip install -e .)"
+    env = {**os.environ, "PREFECT_HOME": str(home / "prefect"), "HOME": str(home)}
+    env.pop("PREFECT_API_URL", None)  # the embedded temporary server, as on a fresh machine
+    return subprocess.run([executable, *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    return tmp_path_factory.mktemp("home")
+
+
+def test_run_releases_then_a_failing_gate_exits_non_zero_and_moves_nothing(home):
+    store = home / "store"
+    passed = quantgate("run", "--store", str(store), *TINY_RUN, home=home)
+    assert passed.returncode == 0, passed.stderr[-3000:]
+    assert "quantgate digits-cnn/v1: gate PASSED" in passed.stdout
+    assert f"stored in {store / 'digits-cnn' / 'versions' / 'v1'}" in passed.stdout
+    assert "effective: False" in passed.stdout and "aliases   latest, release" in passed.stdout
+
+    failed = quantgate("run", "--store", str(store), *TINY_RUN, "--set", "gate.min_int8_accuracy=100",
+                       "--learning-rate", "1e-9", "--epochs", "1", home=home)
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert "release gate failed for digits-cnn/v2: int8_top1_pct" in failed.stderr
+    assert "must be >= 100" in failed.stderr and "'release' was not moved" in failed.stderr
+
+    listing = quantgate("versions", "--store", str(store), "--json", home=home)
+    assert listing.returncode == 0
+    versions = {entry["version"]: entry for entry in json.loads(listing.stdout)}
+    assert versions["v1"]["status"] == "passed" and "release" in versions["v1"]["aliases"]
+    assert versions["v2"]["status"] == "failed" and versions["v2"]["aliases"] == ["latest"]
+    assert versions["v2"]["gate"]["passed"] is False
+
+
+def test_invalid_values_are_refused_before_anything_runs(home, tmp_path):
+    store = tmp_path / "store"
+    result = quantgate("run", "--store", str(store), "--epochs", "0", "--amp-level", "O3",
+                       "--max-accuracy-drop", "150", "--set", "train.amp.dtyp=float16", home=home, timeout=120)
+    assert result.returncode == 2
+    for expected in ("train.epochs", "train.amp.level", "'O1' or 'O2'", "gate.max_accuracy_drop",
+                     "train.amp.dtyp: unknown key"):
+        assert expected in result.stderr
+    assert not store.exists()  # no store, no version, no Prefect run
+    assert "Starting temporary server" not in result.stderr
+
+
+def test_unknown_dataset_and_unwritable_store_are_clear_errors(home, tmp_path):
+    unknown = quantgate("run", "--store", str(tmp_path / "s"), "--set", "data.dataset=mnist", home=home, timeout=120)
+    assert unknown.returncode == 2 and "data.dataset" in unknown.stderr and "'digits'" in unknown.stderr
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    unwritable = quantgate("run", "--store", str(blocker / "store"), home=home, timeout=120)
+    assert unwritable.returncode == 2
+    assert str(blocker / "store") in unwritable.stderr and "--store" in unwritable.stderr
+    assert "QUANTGATE_STORE" in unwritable.stderr

@@ -1,0 +1,40 @@
+import numpy as np
+import pytest
+
+from quantgate.config import DataConfig
+from quantgate.stages.data import load_splits, prepare_data
+
+
+def test_split_is_deterministic_disjoint_and_stratified(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir(), second.mkdir()
+    a = prepare_data(DataConfig(seed=3), first)
+    b = prepare_data(DataConfig(seed=3), second)
+    assert a.metrics["fingerprint_sha256"] == b.metrics["fingerprint_sha256"]
+    assert (first / "splits.npz").read_bytes() == (second / "splits.npz").read_bytes()
+
+    with np.load(first / "splits.npz") as stored:
+        indices = [set(stored[f"index_{name}"].tolist()) for name in ("train", "calibration", "test")]
+    assert not (indices[0] & indices[1]) and not (indices[0] & indices[2]) and not (indices[1] & indices[2])
+    assert sum(map(len, indices)) == 1797  # every real digit is used exactly once
+
+    splits = load_splits(first / "splits.npz")
+    for labels in (splits.y_train, splits.y_calibration, splits.y_test):
+        assert set(labels.tolist()) == set(range(10))
+    assert splits.x_train.dtype == np.float32 and splits.input_shape == (1, 8, 8)
+    assert 0.0 <= splits.x_test.min() and splits.x_test.max() <= 1.0
+
+
+def test_fingerprint_changes_with_the_split(tmp_path):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    a = prepare_data(DataConfig(seed=0), tmp_path / "a")
+    b = prepare_data(DataConfig(seed=1), tmp_path / "b")
+    assert a.metrics["fingerprint_sha256"] != b.metrics["fingerprint_sha256"]
+
+
+def test_unknown_dataset_is_refused_by_the_schema():
+    from quantgate.errors import ConfigError
+    from quantgate.config import validate_config
+
+    with pytest.raises(ConfigError, match="data.dataset.*'digits'"):
+        validate_config({"data": {"dataset": "mnist"}})

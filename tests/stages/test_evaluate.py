@@ -1,0 +1,25 @@
+import numpy as np
+
+from quantgate.stages.data import load_splits
+
+
+def test_metrics_are_consistent_with_the_stored_predictions(stage_dirs):
+    metrics = stage_dirs.results["evaluate"].metrics
+    with np.load(stage_dirs.evaluate / "predictions.npz") as stored:
+        labels, fp32, int8 = stored["labels"], stored["fp32_pred"], stored["int8_pred"]
+    assert np.array_equal(labels, load_splits(stage_dirs.splits).y_test)
+    assert metrics["test_samples"] == len(labels) == 360
+    assert metrics["fp32_top1_pct"] == 100.0 * np.mean(fp32 == labels)
+    assert metrics["int8_top1_pct"] == 100.0 * np.mean(int8 == labels)
+    assert metrics["accuracy_delta_pts"] == metrics["int8_top1_pct"] - metrics["fp32_top1_pct"]
+    assert metrics["agreement"] == np.mean(fp32 == int8)
+    assert metrics["fp32_top1_pct"] > 85.0  # three epochs on real digits
+    assert len(metrics["per_class_top1_pct_int8"]) == 10
+
+
+def test_latency_and_size_are_measured(stage_dirs):
+    metrics = stage_dirs.results["evaluate"].metrics
+    for model in ("fp32", "int8"):
+        assert 0 < metrics[f"latency_ms_p50_{model}"] <= metrics[f"latency_ms_p90_{model}"]
+        assert metrics[f"model_bytes_{model}"] == (stage_dirs.convert / f"{model}.onnx").stat().st_size
+    assert metrics["ort_threads"] == 2 and metrics["latency_batch_size"] == 64

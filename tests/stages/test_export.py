@@ -1,0 +1,28 @@
+import numpy as np
+import pytest
+
+from quantgate.stages.errors import ExportMismatch
+from quantgate.stages.export import export
+from quantgate.stages.static_graph import load_program, persistable_dtypes, static_mode
+
+
+def test_exported_model_is_float32_and_matches_training(stage_dirs):
+    metrics = stage_dirs.results["export"].metrics
+    assert (stage_dirs.export / "model.pdmodel").exists() and (stage_dirs.export / "model.pdiparams").exists()
+    assert not list(stage_dirs.export.glob("*.json"))  # legacy program format, not PIR
+    with static_mode():
+        _, _, program, _, _ = load_program(stage_dirs.export / "model")
+    dtypes = persistable_dtypes(program)
+    assert dtypes and set(dtypes.values()) == {"float32"}
+    assert metrics["parameter_dtypes"] == ["float32"]
+    assert 0.0 <= metrics["max_abs_diff_vs_trained"] <= 1e-4
+
+
+def test_export_refuses_weights_that_do_not_reproduce_training(stage_dirs, tmp_path):
+    reference = np.load(stage_dirs.train / "reference_logits.npy")
+    wrong = tmp_path / "reference_logits.npy"
+    np.save(wrong, reference + 1e-2)
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(ExportMismatch, match="differ from the trained model's by 0.01"):
+        export(stage_dirs.train / "weights.npz", wrong, stage_dirs.splits, "digits_cnn", out)

@@ -1,0 +1,73 @@
+import csv
+
+import numpy as np
+import pytest
+
+from quantgate.config import TrainConfig
+from quantgate.stages.errors import TrainingDiverged
+from quantgate.stages.train import DivergenceWatch, train
+
+
+def test_steps_record_loss_and_loss_scale(stage_dirs):
+    with open(stage_dirs.train / "steps.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    metrics = stage_dirs.results["train"].metrics
+    assert len(rows) == metrics["steps"] > 0
+    assert set(rows[0]) == {"step", "epoch", "loss", "loss_scale", "learning_rate"}
+    losses = [float(row["loss"]) for row in rows]
+    assert np.mean(losses[-10:]) < np.mean(losses[:10]) / 2  # it really learned
+    # On CPU the GradScaler is disabled, so the loss scale in force is 1.
+    assert {float(row["loss_scale"]) for row in rows} == {1.0}
+
+
+def test_cpu_amp_record_is_honest(stage_dirs):
+    amp = stage_dirs.results["train"].metrics["amp"]
+    assert amp["requested"]["enabled"] is True and amp["requested"]["level"] == "O1"
+    assert amp["effective"] is False
+    assert amp["device"] == "cpu" and "cpu" in amp["reason"] and "float32" in amp["reason"]
+    assert amp["scaler_enabled"] is False
+    assert amp["low_precision_layer_outputs"] == 0 and amp["layer_outputs"] > 0
+    with np.load(stage_dirs.train / "weights.npz") as weights:
+        assert {weights[name].dtype for name in weights.files} == {np.dtype("float32")}
+
+
+def test_o2_bfloat16_trains_and_ships_float32_on_cpu(stage_dirs, tmp_path):
+    config = TrainConfig(epochs=1, amp={"level": "O2", "dtype": "bfloat16", "custom_black_list": ["softmax"]})
+    result = train(config, stage_dirs.splits, tmp_path)
+    amp = result.metrics["amp"]
+    assert amp["requested"]["level"] == "O2" and amp["requested"]["dtype"] == "bfloat16"
+    assert amp["requested"]["custom_black_list"] == ["softmax"]
+    assert amp["effective"] is False and amp["weights_source"] == "parameters_float32"
+    with np.load(tmp_path / "weights.npz") as weights:
+        assert {weights[name].dtype for name in weights.files} == {np.dtype("float32")}
+
+
+def _poisoned_splits(stage_dirs, folder, poison):
+    with np.load(stage_dirs.splits) as stored:
+        arrays = {name: stored[name] for name in stored.files}
+    arrays["x_train"] = arrays["x_train"].copy()
+    poison(arrays["x_train"])
+    np.savez(folder / "splits.npz", **arrays)
+    out = folder / "out"
+    out.mkdir()
+    return folder / "splits.npz", out
+
+
+def test_a_loss_that_stays_nan_is_an_error():
+    # The CNN's ReLUs turn NaN activations into zeros, so poisoned data alone rarely makes its loss NaN;
+    # the streak rule is checked here on its own, the weight check below on real training.
+    watch = DivergenceWatch(limit=3, learning_rate=0.5)
+    for step, loss in enumerate([2.3, float("nan"), 1.9, float("nan"), float("inf")], start=1):
+        watch.observe(step, loss)  # two bad steps in a row are recoverable
+    with pytest.raises(TrainingDiverged, match=r"NaN/inf for 3 consecutive steps \(first at step 4, learning_rate=0.5\)"):
+        watch.observe(6, float("nan"))
+
+
+def test_non_finite_weights_are_an_error_even_when_the_loss_looks_finite(stage_dirs, tmp_path):
+    def one_pixel_nan(images):
+        images[:, 0, 0, 0] = np.nan  # max-pooling hides it from the loss, not from the weights
+
+    splits, out = _poisoned_splits(stage_dirs, tmp_path, one_pixel_nan)
+    with pytest.raises(TrainingDiverged, match=r"non-finite weights in \['features.0.bias'"):
+        train(TrainConfig(epochs=1), splits, out)
+    assert not (out / "weights.npz").exists()

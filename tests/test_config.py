@@ -1,0 +1,63 @@
+import pytest
+
+from quantgate.config import PipelineConfig, apply_override, read_yaml, validate_config
+from quantgate.errors import ConfigError
+
+
+def test_defaults_validate_and_every_field_is_described():
+    config = validate_config({})
+    assert config == PipelineConfig()
+
+    def undescribed(model):
+        for name, field in model.model_fields.items():
+            if not field.description:
+                yield f"{model.__name__}.{name}"
+            annotation = field.annotation
+            if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
+                yield from undescribed(annotation)
+
+    assert list(undescribed(PipelineConfig)) == []
+
+
+def test_every_bad_field_is_reported_together():
+    with pytest.raises(ConfigError) as caught:
+        validate_config({
+            "train": {"epochs": 0, "amp": {"level": "O3", "dtype": "float8"}, "epoch": 3},
+            "gate": {"max_accuracy_drop": 200, "min_agreement": 1.5},
+        })
+    message = str(caught.value)
+    assert "5 problem" not in message  # all six, not the first few
+    assert len(caught.value.problems) == 6
+    for expected in ("train.epochs", "train.amp.level", "'O1' or 'O2'", "train.amp.dtype", "'float16' or 'bfloat16'",
+                     "train.epoch: unknown key", "gate.max_accuracy_drop", "200", "gate.min_agreement", "1.5"):
+        assert expected in message
+
+
+def test_invalid_yaml_and_non_mapping_are_clear_errors(tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("train: {epochs: 3\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        read_yaml(broken)
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        read_yaml(listing)
+    with pytest.raises(ConfigError, match="cannot be read"):
+        read_yaml(tmp_path / "missing.yaml")
+
+
+def test_overrides_parse_values_as_yaml():
+    raw = {}
+    apply_override(raw, "train.amp.level=O2")
+    apply_override(raw, "train.epochs=4")
+    apply_override(raw, "gate.min_agreement=0.5")
+    config = validate_config(raw)
+    assert (config.train.amp.level, config.train.epochs, config.gate.min_agreement) == ("O2", 4, 0.5)
+    with pytest.raises(ConfigError, match="expected KEY=VALUE"):
+        apply_override(raw, "train.epochs")
+
+
+def test_model_names_that_could_escape_the_store_are_refused():
+    for name in ("../etc", "/abs", "Has Space", ""):
+        with pytest.raises(ConfigError, match="model_name"):
+            validate_config({"model_name": name})
