@@ -15,6 +15,7 @@ from pathlib import Path
 from quantgate.config import PipelineConfig, apply_override, read_yaml, validate_config
 from quantgate.errors import QuantgateError
 from quantgate.settings import STORE_ENV, resolve_store_root
+from quantgate.stages import PIPELINE
 
 # Convenience flags for the settings people change most; --set reaches every other field.
 SHORTCUTS = {
@@ -62,8 +63,9 @@ def resolve_config(args: argparse.Namespace) -> PipelineConfig:
 def print_summary(info, store_root: Path, wall_seconds: float) -> None:
     record = info.record
     print(f"\nquantgate {info.model}/{info.version}: gate {record['status'].upper()}  ({wall_seconds:.1f} s)")
-    for stage, seconds in record.get("stage_seconds", {}).items():
-        print(f"  {stage:<9} {seconds:8.2f} s")
+    seconds = record.get("stage_seconds", {})
+    for stage in (stage for stage in PIPELINE if stage in seconds):
+        print(f"  {stage:<9} {seconds[stage]:8.2f} s")
     metrics = record.get("metrics")
     if metrics:
         print(f"  top-1     FP32 {metrics['fp32_top1_pct']:.2f} %   INT8 {metrics['int8_top1_pct']:.2f} %   "

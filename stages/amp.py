@@ -132,8 +132,9 @@ def amp_record(amp: AmpConfig, scaler: paddle.amp.GradScaler, probe: OutputDtype
     elif not device_supports(amp.dtype):
         reason = (
             f"Paddle AMP runs only on CUDA, XPU and custom devices, and {amp.dtype} must be supported there; "
-            f"this run's place is {device}, so auto_cast computed float32, "
-            f"GradScaler was {'enabled' if scaler.is_enable() else 'disabled'} and O2 kept float32 parameters."
+            f"this run's place is {device}, so auto_cast computed float32 and "
+            f"GradScaler was {'enabled' if scaler.is_enable() else 'disabled'}"
+            + (", and O2 kept float32 parameters." if amp.level == "O2" else ".")
         )
     else:
         reason = (
