@@ -3,6 +3,7 @@ import json
 from pathlib import Path
 
 import pytest
+from prefect.exceptions import ParameterTypeError
 
 from quantgate.artifacts import ArtifactStore
 from quantgate.flows.release import STAGES, release
@@ -77,3 +78,22 @@ def test_a_stage_error_marks_the_version_and_moves_nothing(store_with_release, t
     version_dir = root / "digits-cnn" / "versions" / errored[0].version
     assert sorted(p.name for p in version_dir.iterdir()) == ["data", "export", "train", "version.json"]
     assert store.alias("digits-cnn", "release") == "v1"
+
+
+def test_invalid_parameters_are_refused_before_any_stage_runs(tmp_path):
+    # What `prefect deployment run --param` sends: plain JSON, validated against the typed schema.
+    with pytest.raises(ParameterTypeError, match="min_agreement") as caught:
+        release(config={"gate": {"min_agreement": 1.5}, "train": {"epochs": 1}}, store=str(tmp_path / "store"))
+    assert "less than or equal to 1" in str(caught.value)
+    assert not (tmp_path / "store").exists()
+
+
+def test_the_run_publishes_its_metrics_and_verdict_as_a_prefect_table(store_with_release):
+    from prefect.artifacts import Artifact
+
+    artifact = Artifact.get("digits-cnn-release")
+    assert artifact is not None and artifact.type == "table"
+    rows = json.loads(artifact.data) if isinstance(artifact.data, str) else artifact.data
+    by_metric = {row["metric"]: row for row in rows}
+    assert {"top-1 accuracy (%)", "prediction agreement", "gate: accuracy_drop_pts", "gate: agreement"} <= set(by_metric)
+    assert by_metric["gate: agreement"]["note"].startswith(">= 0.98")
