@@ -21,10 +21,8 @@ from quantgate.flows.tasks import (
     train_task,
 )
 from quantgate.settings import resolve_store_root
-from quantgate.stages import PIPELINE as STAGES
 from quantgate.stages.errors import GateFailed
 from quantgate.stages.gate import Criterion
-
 
 
 def version_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str, StageRef]) -> dict:

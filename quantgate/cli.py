@@ -16,6 +16,7 @@ from quantgate.config import PipelineConfig, apply_override, read_yaml, validate
 from quantgate.errors import QuantgateError
 from quantgate.settings import STORE_ENV, resolve_store_root
 from quantgate.stages import PIPELINE
+from quantgate.stages.gate import Criterion
 
 # Convenience flags for the settings people change most; --set reaches every other field.
 SHORTCUTS = {
@@ -77,8 +78,6 @@ def print_summary(info, store_root: Path, wall_seconds: float) -> None:
         requested = amp["requested"]
         print(f"  AMP       requested {requested['level']}/{requested['dtype']}, effective: {amp['effective']} "
               f"({amp['reason']})")
-    from quantgate.stages.gate import Criterion
-
     for criterion in record.get("gate", {}).get("criteria", []):
         print(f"  gate      {Criterion(**criterion).describe()}")
     if record.get("error"):

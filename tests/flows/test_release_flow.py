@@ -6,7 +6,8 @@ import pytest
 from prefect.exceptions import ParameterTypeError
 
 from quantgate.artifacts import ArtifactStore
-from quantgate.flows.release import STAGES, release
+from quantgate.flows.release import release
+from quantgate.stages import PIPELINE as STAGES
 from quantgate.stages.errors import GateFailed, QuantizationError
 
 
