@@ -16,13 +16,13 @@ from prefect.cache_policies import NO_CACHE
 
 from quantgate.artifacts import ArtifactStore, StageRef, VersionRef
 from quantgate.config import DataConfig, EvaluateConfig, GatePolicy, QuantizeConfig, TrainConfig
-from quantgate.stages.convert import convert
+from quantgate.stages.convert import FP32_FILE, INT8_FILE, OPSET, convert
 from quantgate.stages.data import SPLITS_FILE, prepare_data
 from quantgate.stages.evaluate import evaluate
-from quantgate.stages.export import export
+from quantgate.stages.export import MODEL_FILE, PARAMS_FILE, export
 from quantgate.stages.gate import gate
 from quantgate.stages.quantize import quantize
-from quantgate.stages.train import ARCHITECTURE, train
+from quantgate.stages.train import ARCHITECTURE, REFERENCE_LOGITS_FILE, WEIGHTS_FILE, train
 
 STAGE_TASK = {"retries": 0, "cache_policy": NO_CACHE}
 
@@ -73,7 +73,7 @@ def export_task(store_root: str, version: VersionRef, trained: StageRef, data: S
     return run_stage(
         store_root, version, "export", {"architecture": ARCHITECTURE}, {"train": trained, "data": data},
         lambda dirs, out: export(
-            dirs["train"] / "weights.npz", dirs["train"] / "reference_logits.npy",
+            dirs["train"] / WEIGHTS_FILE, dirs["train"] / REFERENCE_LOGITS_FILE,
             dirs["data"] / SPLITS_FILE, ARCHITECTURE, out,
         ),
     )
@@ -87,7 +87,7 @@ def quantize_task(
     return run_stage(
         store_root, version, "quantize", config.model_dump(mode="json"), {"export": exported, "data": data},
         lambda dirs, out: quantize(
-            config, dirs["export"], "model.pdmodel", "model.pdiparams", dirs["data"] / SPLITS_FILE, out
+            config, dirs["export"], MODEL_FILE, PARAMS_FILE, dirs["data"] / SPLITS_FILE, out
         ),
     )
 
@@ -96,8 +96,8 @@ def quantize_task(
 def convert_task(store_root: str, version: VersionRef, exported: StageRef, quantized: StageRef) -> StageRef:
     """paddle2onnx for both models."""
     return run_stage(
-        store_root, version, "convert", {"opset": 13}, {"export": exported, "quantize": quantized},
-        lambda dirs, out: convert(dirs["export"], dirs["quantize"], "model.pdmodel", "model.pdiparams", out),
+        store_root, version, "convert", {"opset": OPSET}, {"export": exported, "quantize": quantized},
+        lambda dirs, out: convert(dirs["export"], dirs["quantize"], MODEL_FILE, PARAMS_FILE, out),
     )
 
 
@@ -109,7 +109,7 @@ def evaluate_task(
     return run_stage(
         store_root, version, "evaluate", config.model_dump(mode="json"), {"convert": converted, "data": data},
         lambda dirs, out: evaluate(
-            config, dirs["convert"] / "fp32.onnx", dirs["convert"] / "int8.onnx", dirs["data"] / SPLITS_FILE, out
+            config, dirs["convert"] / FP32_FILE, dirs["convert"] / INT8_FILE, dirs["data"] / SPLITS_FILE, out
         ),
     )
 

@@ -11,9 +11,11 @@ import paddle
 from quantgate.stages.data import load_splits
 from quantgate.stages.errors import ExportMismatch
 from quantgate.stages.models import build_model
-from quantgate.stages.static_graph import load_program, persistable_dtypes, run_program, static_mode
+from quantgate.stages.static_graph import load_program, persistable_dtypes, static_mode
 
 MODEL_PREFIX = "model"
+MODEL_FILE = f"{MODEL_PREFIX}.pdmodel"
+PARAMS_FILE = f"{MODEL_PREFIX}.pdiparams"
 INPUT_NAME = "x"
 MAX_ABS_DIFF = 1e-4
 
@@ -55,9 +57,9 @@ def export(
 
     reference = np.load(reference_logits_path, allow_pickle=False)
     with static_mode():
-        _, _, program, _, _ = load_program(prefix)
-        dtypes = persistable_dtypes(program)
-        exported = run_program(prefix, splits.x_test)
+        saved = load_program(prefix)
+        dtypes = persistable_dtypes(saved.program)
+        exported = saved.run(splits.x_test)
     not_float32 = {name: dtype for name, dtype in dtypes.items() if dtype != "float32"}
     if not_float32:
         raise ExportMismatch(f"exported parameters are not float32: {not_float32}; export the float32 master weights")
@@ -68,8 +70,8 @@ def export(
             f"(limit {MAX_ABS_DIFF}) on the test split; the export did not capture the trained weights"
         )
     return ExportResult(
-        model_file=f"{MODEL_PREFIX}.pdmodel",
-        params_file=f"{MODEL_PREFIX}.pdiparams",
+        model_file=MODEL_FILE,
+        params_file=PARAMS_FILE,
         metrics={
             "format": "paddle-legacy-program",
             "parameters": len(dtypes),

@@ -12,10 +12,9 @@ from paddleslim.quant import quant_post_static
 from quantgate.config import QuantizeConfig
 from quantgate.stages.data import load_splits
 from quantgate.stages.errors import QuantizationError
+from quantgate.stages.export import MODEL_FILE, PARAMS_FILE  # the INT8 model keeps the FP32 file names
 from quantgate.stages.static_graph import load_program, op_counts, static_mode
 
-MODEL_FILE = "model.pdmodel"
-PARAMS_FILE = "model.pdiparams"
 
 
 @dataclass(frozen=True)
@@ -55,11 +54,11 @@ def quantize(
     batches = calibration_batches(len(images), config)
 
     with static_mode():
-        _, _, fp32_program, feeds, _ = load_program(Path(model_dir) / Path(model_file).stem)
+        fp32 = load_program(Path(model_dir) / Path(model_file).stem)
 
         def calibration_feed():
             for index in range(batches):
-                yield {feeds[0]: images[index * config.batch_size : (index + 1) * config.batch_size]}
+                yield {fp32.feeds[0]: images[index * config.batch_size : (index + 1) * config.batch_size]}
 
         scope = paddle.static.Scope()  # fresh, so runs in one process never see each other's variables
         with paddle.static.scope_guard(scope):
@@ -80,8 +79,8 @@ def quantize(
                 weight_quantize_type=config.weight_quantize_type,
                 onnx_format=True,
             )
-        _, _, int8_program, _, _ = load_program(Path(out_dir) / Path(MODEL_FILE).stem)
-    counts = op_counts(int8_program)
+        int8 = load_program(Path(out_dir) / Path(MODEL_FILE).stem)
+    counts = op_counts(int8.program)
     if not counts.get("quantize_linear"):
         raise QuantizationError(
             "PaddleSlim inserted no quantize_linear op: the model has no quantizable conv/matmul layers"
@@ -95,7 +94,7 @@ def quantize(
             "calibration_samples": min(len(images), batches * config.batch_size),
             "quantize_linear_ops": counts.get("quantize_linear", 0),
             "dequantize_linear_ops": counts.get("dequantize_linear", 0),
-            "fp32_ops": op_counts(fp32_program),
+            "fp32_ops": op_counts(fp32.program),
             "int8_ops": counts,
         },
     )

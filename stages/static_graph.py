@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,13 +22,34 @@ def static_mode():
             paddle.disable_static()
 
 
-def load_program(model_prefix: Path):
-    """Load `<prefix>.pdmodel/.pdiparams` into a fresh scope: (executor, scope, program, feeds, fetches)."""
+@dataclass(frozen=True)
+class LoadedProgram:
+    """A saved inference program loaded into its own scope, ready to run."""
+
+    executor: paddle.static.Executor
+    scope: paddle.static.Scope
+    program: paddle.static.Program
+    feeds: list[str]
+    fetches: list
+
+    def run(self, images: np.ndarray, batch_size: int = 256) -> np.ndarray:
+        """Outputs on `images`, batch by batch (static mode must be on)."""
+        outputs = []
+        with paddle.static.scope_guard(self.scope):
+            for start in range(0, len(images), batch_size):
+                feed = {self.feeds[0]: images[start : start + batch_size]}
+                (logits,) = self.executor.run(self.program, feed=feed, fetch_list=self.fetches)
+                outputs.append(np.asarray(logits))
+        return np.concatenate(outputs)
+
+
+def load_program(model_prefix: Path) -> LoadedProgram:
+    """Load `<prefix>.pdmodel/.pdiparams` into a fresh scope (static mode must be on)."""
     executor = paddle.static.Executor(paddle.CPUPlace())
     scope = paddle.static.Scope()
     with paddle.static.scope_guard(scope):
         program, feeds, fetches = paddle.static.load_inference_model(str(model_prefix), executor)
-    return executor, scope, program, feeds, fetches
+    return LoadedProgram(executor, scope, program, feeds, fetches)
 
 
 def persistable_dtypes(program) -> dict[str, str]:
@@ -44,14 +66,3 @@ def op_counts(program) -> dict[str, int]:
     for op in program.global_block().ops:
         counts[op.type] = counts.get(op.type, 0) + 1
     return dict(sorted(counts.items()))
-
-
-def run_program(model_prefix: Path, images: np.ndarray, batch_size: int = 256) -> np.ndarray:
-    """Outputs of a saved inference program on `images`, batch by batch (static mode must be on)."""
-    executor, scope, program, feeds, fetches = load_program(model_prefix)
-    outputs = []
-    with paddle.static.scope_guard(scope):
-        for start in range(0, len(images), batch_size):
-            (logits,) = executor.run(program, feed={feeds[0]: images[start : start + batch_size]}, fetch_list=fetches)
-            outputs.append(np.asarray(logits))
-    return np.concatenate(outputs)

@@ -11,8 +11,7 @@ def test_exported_model_is_float32_and_matches_training(stage_dirs):
     assert (stage_dirs.export / "model.pdmodel").exists() and (stage_dirs.export / "model.pdiparams").exists()
     assert not list(stage_dirs.export.glob("*.json"))  # legacy program format, not PIR
     with static_mode():
-        _, _, program, _, _ = load_program(stage_dirs.export / "model")
-    dtypes = persistable_dtypes(program)
+        dtypes = persistable_dtypes(load_program(stage_dirs.export / "model").program)
     assert dtypes and set(dtypes.values()) == {"float32"}
     assert metrics["parameter_dtypes"] == ["float32"]
     assert 0.0 <= metrics["max_abs_diff_vs_trained"] <= 1e-4
