@@ -3,6 +3,7 @@
 The store is the only code that knows the on-disk layout; everything else passes refs.
 """
 
+from .checkpoints import CheckpointRef, CheckpointWriter
 from .errors import ArtifactCorrupt, ArtifactError, ArtifactExists, ArtifactNotFound, InvalidName, StoreNotWritable
 from .names import StageRef, VersionInfo, VersionRef
 from .store import ArtifactStore
@@ -14,6 +15,8 @@ __all__ = [
     "ArtifactExists",
     "ArtifactNotFound",
     "ArtifactStore",
+    "CheckpointRef",
+    "CheckpointWriter",
     "InvalidName",
     "StageRef",
     "StageWriter",

@@ -3,6 +3,7 @@
     <root>/<model>/versions/v1/<stage>/manifest.json + files   committed stages
     <root>/<model>/versions/v1/.staging-<stage>-<hex>/          in progress, invisible to readers
     <root>/<model>/versions/v1/version.json                     the version's final record
+    <root>/<model>/versions/v1/checkpoints/<stage>/<name>/      per-epoch checkpoints (checkpoints.py)
     <root>/<model>/aliases/<alias>.json                         e.g. latest, release
 
 Versions and stages only ever appear by an atomic mkdir or rename and are never rewritten;
@@ -15,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from .aliases import aliases_by_version, read_alias, write_alias
+from .checkpoints import CheckpointRef, CheckpointWriter, checkpoint_folder, committed_checkpoints, verify_checkpoint_files
 from .errors import ArtifactCorrupt, ArtifactError, ArtifactExists, ArtifactNotFound, StoreNotWritable
 from .manifest import MANIFEST_NAME, canonical_json, sha256_bytes, to_json_safe, utc_now, write_new_file
 from .names import NAME_PATTERN, VERSION_PATTERN, StageRef, VersionInfo, VersionRef
@@ -227,6 +229,55 @@ class ArtifactStore:
             the same errors as verify_stage.
         """
         return self._verified(ref)[1]
+
+    # -- checkpoints ------------------------------------------------------------------------
+
+    def write_checkpoint(self, version_ref: VersionRef, stage: str, name: str) -> CheckpointWriter:
+        """A context manager whose folder (`writer.dir`) becomes checkpoint `name` of `stage` on a clean exit.
+
+        Raises:
+            InvalidName: `stage` or `name` breaks the naming rules.
+            ArtifactNotFound: the version does not exist.
+            ArtifactExists: the version is finalized, or the checkpoint is already committed.
+        """
+        ref = self.version(version_ref.model, version_ref.version)
+        if (Path(ref.path) / VERSION_RECORD).exists():
+            raise ArtifactExists(
+                f"cannot checkpoint stage {stage!r} of model {ref.model!r} {ref.version}: the version is finalized"
+            )
+        check_stage(name)  # checkpoint names follow the stage naming rules
+        return CheckpointWriter(ref, stage, name, checkpoint_folder(ref, stage) / name)
+
+    def checkpoints(self, version_ref: VersionRef, stage: str) -> list[CheckpointRef]:
+        """The committed checkpoints of `stage` in a version, oldest first (staging folders do not count).
+
+        Raises:
+            ArtifactNotFound: the version does not exist.
+        """
+        return committed_checkpoints(self.version(version_ref.model, version_ref.version), stage)
+
+    def latest_checkpoint(self, version_ref: VersionRef, stage: str) -> CheckpointRef:
+        """The newest committed checkpoint of `stage` in a version.
+
+        Raises:
+            ArtifactNotFound: the version does not exist or has no committed checkpoint of `stage`.
+        """
+        refs = self.checkpoints(version_ref, stage)
+        if not refs:
+            raise ArtifactNotFound(
+                f"model {version_ref.model!r} {version_ref.version} has no committed {stage} checkpoint "
+                "(its training ended before the first epoch finished, or it predates checkpoints); "
+                "start a fresh run instead"
+            )
+        return refs[-1]
+
+    def verify_checkpoint(self, ref: CheckpointRef) -> Path:
+        """Re-hash a checkpoint against `ref` and return its folder; load nothing before this passes.
+
+        Raises:
+            ArtifactCorrupt: the manifest or a file changed, or a file is missing or extra.
+        """
+        return verify_checkpoint_files(ref)
 
     # -- aliases ----------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from quantgate.artifacts import ArtifactExists, ArtifactStore, StageRef, VersionRef
+from quantgate.artifacts import ArtifactExists, ArtifactStore, CheckpointRef, StageRef, VersionRef
 from quantgate.config import PipelineConfig
 from quantgate.flows.report import publish_report
 from quantgate.flows.tasks import (
@@ -37,6 +37,7 @@ def version_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str,
         "gate": gate,
         "metrics": {key: evaluation[key] for key in headline},
         "amp": manifests["train"]["metrics"]["amp"],
+        "scaler": manifests["train"]["metrics"]["scaler"],
         "data_fingerprint_sha256": manifests["data"]["metrics"]["fingerprint_sha256"],
         "stage_seconds": {stage: manifests[stage]["duration_s"] for stage in refs},
         "config": config.model_dump(mode="json"),
@@ -67,21 +68,33 @@ def publish_task(store_root: str, version: VersionRef, config: PipelineConfig, r
     return record
 
 
+def resume_checkpoint(store: ArtifactStore, model: str, version: str | None) -> CheckpointRef | None:
+    """The latest train checkpoint of `version` (which need not be finished), or None for a fresh run."""
+    if version is None:
+        return None
+    return store.latest_checkpoint(store.version(model, version), "train")
+
+
 @flow(name="release", validate_parameters=True)
-def release(config: PipelineConfig = PipelineConfig(), store: str | None = None) -> str:
+def release(config: PipelineConfig = PipelineConfig(), store: str | None = None, resume: str | None = None) -> str:
     """Train, quantize and gate one new version; returns its name, or raises GateFailed.
+
+    With `resume` (a version such as "v3"), training continues from that version's latest
+    checkpoint in the new version, instead of starting from freshly initialised weights.
 
     Raises:
         GateFailed: the INT8 model missed the policy; the version is kept, `release` is not moved.
+        ArtifactNotFound: `resume` names a version that does not exist or has no checkpoint.
     """
     root = str(resolve_store_root(store))
     artifact_store = ArtifactStore(root)
+    resume_from = resume_checkpoint(artifact_store, config.model_name, resume)  # before a version exists
     version = artifact_store.create_version(config.model_name)
     get_run_logger().info("new version %s/%s in %s", version.model, version.version, root)
     try:
         refs: dict[str, StageRef] = {}
         refs["data"] = data_task(root, version, config.data)
-        refs["train"] = train_task(root, version, config.train, refs["data"])
+        refs["train"] = train_task(root, version, config.train, refs["data"], resume_from)
         refs["export"] = export_task(root, version, refs["train"], refs["data"])
         refs["quantize"] = quantize_task(root, version, config.quantize, refs["export"], refs["data"])
         refs["convert"] = convert_task(root, version, refs["export"], refs["quantize"])

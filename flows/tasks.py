@@ -8,13 +8,14 @@ record of one run (reuse across runs is keyed on content, in the store, not by P
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from quantgate.artifacts import ArtifactStore, StageRef, VersionRef
+from quantgate.artifacts import ArtifactStore, CheckpointRef, StageRef, VersionRef
 from quantgate.config import DataConfig, EvaluateConfig, GatePolicy, QuantizeConfig, TrainConfig
 from quantgate.stages.convert import FP32_FILE, INT8_FILE, OPSET, convert
 from quantgate.stages.data import SPLITS_FILE, prepare_data
@@ -54,16 +55,42 @@ def data_task(store_root: str, version: VersionRef, config: DataConfig) -> Stage
     )
 
 
+def checkpoint_sink(store: ArtifactStore, version: VersionRef, stage: str) -> Callable[[str], object]:
+    """A stage's per-epoch checkpoints, each committed atomically into the version's checkpoints area."""
+
+    @contextmanager
+    def sink(name: str) -> Iterator[Path]:
+        with store.write_checkpoint(version, stage, name) as writer:
+            yield writer.dir
+
+    return sink
+
+
 @task(name="train", **STAGE_TASK)
-def train_task(store_root: str, version: VersionRef, config: TrainConfig, data: StageRef) -> StageRef:
-    """Train under AMP and keep the float32 master weights."""
-    ref = run_stage(
-        store_root, version, "train", config.model_dump(mode="json"), {"data": data},
-        lambda dirs, out: train(config, dirs["data"] / SPLITS_FILE, out),
-    )
-    amp = ArtifactStore(store_root).read_manifest(ref)["metrics"]["amp"]
+def train_task(
+    store_root: str, version: VersionRef, config: TrainConfig, data: StageRef, resume: CheckpointRef | None = None
+) -> StageRef:
+    """Train under AMP and keep the float32 master weights; checkpoint every epoch, or continue `resume`."""
+    store = ArtifactStore(store_root)
+    resume_dir = store.verify_checkpoint(resume) if resume is not None else None  # pickles: verify, then load
+
+    def work(dirs: dict[str, Path], out: Path):
+        result = train(config, dirs["data"] / SPLITS_FILE, out, checkpoints=checkpoint_sink(store, version, "train"),
+                       resume_from=resume_dir)
+        if resume is not None:
+            result.metrics["resumed_from"] = {"model": resume.model, "version": resume.version,
+                                              "checkpoint": resume.name, "manifest_sha256": resume.manifest_sha256}
+        return result
+
+    ref = run_stage(store_root, version, "train", config.model_dump(mode="json"), {"data": data}, work)
+    metrics = store.read_manifest(ref)["metrics"]
+    amp = metrics["amp"]
     get_run_logger().info("AMP requested %s/%s, effective: %s (%s)",
                           config.amp.level, config.amp.dtype, amp["effective"], amp["reason"])
+    scaler = metrics["scaler"]
+    get_run_logger().info("loss scale %s -> %s (min %s), %d of %d steps skipped",
+                          scaler["initial_scale"], scaler["final_scale"], scaler["min_scale"],
+                          scaler["skipped_steps"], scaler["steps"])
     return ref
 
 

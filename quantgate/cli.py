@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from quantgate.config import PipelineConfig, apply_override, read_yaml, validate_config
-from quantgate.errors import QuantgateError
+from quantgate.errors import ConfigError, QuantgateError
 from quantgate.settings import STORE_ENV, resolve_store_root
 from quantgate.stages import PIPELINE
 from quantgate.stages.gate import Criterion
@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override one setting, e.g. --set train.amp.level=O2 (repeatable)")
     run.add_argument("--store", help=f"artifact store root (default: ${STORE_ENV} or ~/.quantgate/store)")
+    run.add_argument("--resume", metavar="VERSION",
+                     help="continue training from the latest checkpoint of VERSION (e.g. v3) into a new version; "
+                          "same settings except a higher train.epochs")
     for flag, key in SHORTCUTS.items():
         run.add_argument(f"--{flag.replace('_', '-')}", dest=flag, metavar="VALUE", help=f"same as --set {key}=VALUE")
 
@@ -78,6 +81,11 @@ def print_summary(info, store_root: Path, wall_seconds: float) -> None:
         requested = amp["requested"]
         print(f"  AMP       requested {requested['level']}/{requested['dtype']}, effective: {amp['effective']} "
               f"({amp['reason']})")
+    scaler = record.get("scaler")
+    if scaler:
+        print(f"  scaler    loss scale {scaler['initial_scale']:g} -> {scaler['final_scale']:g} "
+              f"(min {scaler['min_scale']:g}), skipped {scaler['skipped_steps']} of {scaler['steps']} steps "
+              f"(limit {scaler['max_skipped_ratio']:.0%}){'' if scaler['scaler_enabled'] else ', scaler disabled'}")
     for criterion in record.get("gate", {}).get("criteria", []):
         print(f"  gate      {Criterion(**criterion).describe()}")
     if record.get("error"):
@@ -92,12 +100,14 @@ def command_run(args: argparse.Namespace) -> int:
     from quantgate.artifacts import ArtifactStore  # imported after validation: fail fast, before Paddle loads
 
     store = ArtifactStore(store_root)  # refuses an unwritable root before any training
+    if args.resume:
+        check_resume(store, config, args.resume)
     from quantgate.flows.release import release
 
     started = time.perf_counter()
     failure: QuantgateError | None = None
     try:
-        version = release(config=config, store=str(store_root))
+        version = release(config=config, store=str(store_root), resume=args.resume)
     except QuantgateError as exc:  # GateFailed names its version; other errors carry a note saying where
         version, failure = getattr(exc, "version", None), exc
     if version:
@@ -107,6 +117,25 @@ def command_run(args: argparse.Namespace) -> int:
         report_error(failure)
         return failure.exit_code
     return 0
+
+
+def check_resume(store, config: PipelineConfig, version: str) -> None:
+    """Refuse --resume before a new version exists: unknown version, no checkpoint, or other settings.
+
+    Raises:
+        ConfigError: the version or its checkpoint cannot continue this run.
+        ArtifactCorrupt: the checkpoint's bytes changed since it was written.
+    """
+    from quantgate.artifacts import ArtifactNotFound, InvalidName
+    from quantgate.stages.checkpoints import read_state, resume_problems
+
+    try:
+        ref = store.latest_checkpoint(store.version(config.model_name, version), "train")
+    except (ArtifactNotFound, InvalidName) as exc:
+        raise ConfigError([f"--resume {version}: {exc}"]) from exc
+    problems = resume_problems(read_state(store.verify_checkpoint(ref)), config.train)
+    if problems:
+        raise ConfigError([f"--resume {version} (checkpoint {ref.name}): {problem}" for problem in problems])
 
 
 def command_versions(args: argparse.Namespace) -> int:

@@ -49,6 +49,10 @@ class AmpConfig(Section):
     incr_every_n_steps: int = Field(1000, ge=1, description="Finite steps in a row before the scale grows.")
     decr_every_n_nan_or_inf: int = Field(2, ge=1, description="Overflowing steps before the scale shrinks.")
     use_dynamic_loss_scaling: bool = Field(True, description="Adjust the loss scale during training.")
+    max_skipped_ratio: float = Field(
+        0.05, ge=0, le=1,
+        description="Largest share of steps skipped for inf/NaN gradients before the run fails (0.05 = 5 %).",
+    )
 
     @field_validator("custom_white_list", "custom_black_list")
     @classmethod
@@ -66,6 +70,9 @@ class TrainConfig(Section):
     seed: int = Field(0, ge=0, description="Seed of weight initialisation and shuffling.")
     max_nonfinite_steps: int = Field(
         20, ge=1, description="Consecutive steps with a NaN/inf loss before training is declared diverged."
+    )
+    grad_clip_norm: float | None = Field(
+        None, gt=0, description="Clip the global L2 norm of the unscaled gradients to this value; null: no clipping."
     )
     amp: AmpConfig = Field(default_factory=AmpConfig, description="Mixed-precision settings.")
 

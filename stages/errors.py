@@ -19,6 +19,16 @@ class TrainingDiverged(StageError):
     exit_code = 2
 
 
+class TooManySkippedSteps(TrainingDiverged):
+    """More steps than `train.amp.max_skipped_ratio` allows were skipped for inf/NaN gradients."""
+
+
+class ResumeMismatch(StageError):
+    """A checkpoint cannot continue this run: other settings, other data, or nothing left to train."""
+
+    exit_code = 2
+
+
 class ExportMismatch(StageError):
     """The exported inference model is not the trained float32 model."""
 

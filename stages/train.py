@@ -1,12 +1,15 @@
-"""Train stage: Paddle dynamic-graph training under auto_cast with dynamic loss scaling."""
+"""Train stage: Paddle dynamic-graph training under auto_cast with dynamic loss scaling, checkpointed per epoch."""
 
 from __future__ import annotations
 
 import csv
+import json
 import math
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import paddle
@@ -14,9 +17,13 @@ import paddle.nn.functional as F
 
 from quantgate.config import TrainConfig
 from quantgate.stages import amp
+from quantgate.stages.checkpoints import file_sha256, load_training_state, save_training_state
 from quantgate.stages.data import load_splits
 from quantgate.stages.errors import TrainingDiverged
+from quantgate.stages.grad_step import BufferSnapshot, apply_update
 from quantgate.stages.models import build_model
+from quantgate.stages.op_precision import OP_PRECISION_FILE, op_precision_record, operator_stats
+from quantgate.stages.scaler_accounting import STEP_COLUMNS, ScalerAccounting
 
 WEIGHTS_FILE = "weights.npz"
 STEPS_FILE = "steps.csv"
@@ -79,13 +86,31 @@ def _reference_logits(weights, num_classes, input_shape, images) -> np.ndarray:
         return model(paddle.to_tensor(images)).numpy().astype(np.float32)
 
 
-def train(config: TrainConfig, splits_path: Path, out_dir: Path) -> TrainResult:
+class CheckpointSink(Protocol):
+    """Gives a folder for checkpoint `name` that is committed atomically when the with-block ends."""
+
+    def __call__(self, name: str) -> AbstractContextManager[Path]: ...
+
+
+def checkpoint_name(epoch: int) -> str:
+    return f"epoch-{epoch:04d}"
+
+
+def train(config: TrainConfig, splits_path: Path, out_dir: Path, checkpoints: CheckpointSink | None = None,
+          resume_from: Path | None = None) -> TrainResult:
     """Train the default CNN on the train split and write float32 weights, per-step records and reference logits.
+
+    With `checkpoints`, the full training state is saved after every epoch; with `resume_from`
+    (a checkpoint folder whose sha256 the caller has verified), training continues after that
+    checkpoint's epoch and ends with the same weights as an uninterrupted run.
 
     Raises:
         TrainingDiverged: the loss stayed non-finite for `max_nonfinite_steps` steps, or weights end non-finite.
+        TooManySkippedSteps: more steps were skipped for inf/NaN gradients than `amp.max_skipped_ratio` allows.
+        ResumeMismatch: `resume_from` was made with other settings or data, or holds every epoch already.
     """
     splits = load_splits(splits_path)
+    splits_sha256 = file_sha256(Path(splits_path))
     paddle.seed(config.seed)
     rng = np.random.RandomState(config.seed)
     model = build_model(ARCHITECTURE, splits.num_classes, splits.input_shape)
@@ -93,27 +118,44 @@ def train(config: TrainConfig, splits_path: Path, out_dir: Path) -> TrainResult:
     model, optimizer = amp.decorate(model, optimizer, config.amp)
     scaler = amp.grad_scaler(config.amp)
     watch = DivergenceWatch(config.max_nonfinite_steps, config.learning_rate)
+    steps_per_epoch = math.ceil(len(splits.y_train) / config.batch_size)
+    start_epoch, rows = 0, []
+    if resume_from is not None:
+        point = load_training_state(resume_from, model, optimizer, scaler, config=config, splits_sha256=splits_sha256)
+        rng.set_state(point.numpy_rng_state)
+        start_epoch, rows, watch.streak = point.epoch, point.rows, point.divergence_streak
+    accounting = ScalerAccounting(config, config.epochs * steps_per_epoch, scaler.is_enable(), rows)
+    trainable = [param for param in model.parameters() if not param.stop_gradient]
     probe = amp.OutputDtypeProbe(model)
     model.train()
 
-    rows, step, started = [], 0, time.perf_counter()
-    for epoch in range(1, config.epochs + 1):
+    step, started, ops = start_epoch * steps_per_epoch, time.perf_counter(), {}
+    first_step = step
+    for epoch in range(start_epoch + 1, config.epochs + 1):
         for batch in _batches(len(splits.y_train), config.batch_size, rng):
             images = paddle.to_tensor(splits.x_train[batch])
             labels = paddle.to_tensor(splits.y_train[batch])
-            with amp.autocast(config.amp):
-                loss = F.cross_entropy(model(images), labels)
-            if step == 0:
+            before = BufferSnapshot(model)
+            with operator_stats() if step == first_step else nullcontext() as counted:
+                with amp.autocast(config.amp):
+                    loss = F.cross_entropy(model(images), labels)
+            if step == first_step:
                 probe.remove()  # one step is enough to see which precision the layers ran in
+                ops = counted
             scale_used = amp.loss_scale(scaler)
             scaler.scale(loss).backward()
-            scaler.step(optimizer)  # skips the update when the scaled gradients overflowed
-            scaler.update()
+            outcome = apply_update(scaler, optimizer, trainable, config.grad_clip_norm, before)
             optimizer.clear_grad()
             step += 1
             loss_value = float(loss.astype("float32"))
-            rows.append((step, epoch, loss_value, scale_used, config.learning_rate))
+            accounting.record(step, epoch, loss_value, scale_used, outcome.skipped,
+                              outcome.grad_norm, outcome.grad_norm_clipped)
             watch.observe(step, loss_value)
+        if checkpoints is not None:
+            with checkpoints(checkpoint_name(epoch)) as folder:
+                save_training_state(folder, model, optimizer, scaler, rng, config=config,
+                                    splits_sha256=splits_sha256, epoch=epoch, rows=accounting.rows,
+                                    divergence_streak=watch.streak)
     seconds = time.perf_counter() - started
 
     weights, weights_source = amp.float32_state(model, optimizer)
@@ -124,10 +166,14 @@ def train(config: TrainConfig, splits_path: Path, out_dir: Path) -> TrainResult:
     np.save(out_dir / REFERENCE_LOGITS_FILE, _reference_logits(weights, splits.num_classes, splits.input_shape, splits.x_test))
     with open(out_dir / STEPS_FILE, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["step", "epoch", "loss", "loss_scale", "learning_rate"])
-        writer.writerows(rows)
+        writer.writerow(STEP_COLUMNS)
+        writer.writerows(row.as_tuple() for row in accounting.rows)
+    (out_dir / OP_PRECISION_FILE).write_text(json.dumps(
+        op_precision_record(ops, record.effective, record.reason, record.device), indent=2, sort_keys=True))
 
-    final_losses = [row[2] for row in rows[-max(1, len(rows) // config.epochs) :]]
+    rows = accounting.rows
+    final_losses = [row.loss for row in rows[-steps_per_epoch:]]
+    trained_epochs = config.epochs - start_epoch
     metrics = {
         "architecture": ARCHITECTURE,
         "num_classes": splits.num_classes,
@@ -135,8 +181,11 @@ def train(config: TrainConfig, splits_path: Path, out_dir: Path) -> TrainResult:
         "steps": step,
         "final_epoch_loss_mean": float(np.mean(final_losses)),
         "train_seconds": seconds,
-        "samples_per_second": len(splits.y_train) * config.epochs / seconds,
+        "samples_per_second": len(splits.y_train) * trained_epochs / seconds,
         "loss_scale_final": amp.loss_scale(scaler),
+        "scaler": accounting.summary(amp.loss_scale(scaler)),
+        "resumed_from_epoch": start_epoch or None,
+        "epochs_trained_in_this_run": trained_epochs,
         "amp": {**record.as_dict(), "weights_source": weights_source},
     }
     return TrainResult(WEIGHTS_FILE, STEPS_FILE, REFERENCE_LOGITS_FILE, metrics)
