@@ -23,6 +23,7 @@ import csv
 import hashlib
 import json
 import pickle
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,7 +97,9 @@ def save_training_state(folder: Path, model, optimizer, scaler, numpy_rng: np.ra
     weights, source = amp.float32_state(model, optimizer)
     np.savez(folder / "weights.npz", **weights)
     paddle.save(_portable_optimizer_state(optimizer.state_dict(), model), str(folder / "optimizer.pdopt"))
-    paddle.save(scaler.state_dict(), str(folder / "scaler.pdscaler"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # a disabled scaler's state is empty, and Paddle says so
+        paddle.save(scaler.state_dict(), str(folder / "scaler.pdscaler"))
     with open(folder / "rng.pkl", "wb") as handle:
         pickle.dump({"paddle": paddle.get_rng_state(), "numpy": numpy_rng.get_state()}, handle)
     with open(folder / "steps.csv", "w", newline="") as handle:
