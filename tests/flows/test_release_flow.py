@@ -28,7 +28,8 @@ def test_a_passing_run_is_committed_hashed_and_released(store_with_release):
     store = ArtifactStore(root)
     assert store.alias("digits-cnn", "release") == "v1" == store.alias("digits-cnn", "latest")
     version_dir = root / "digits-cnn" / "versions" / "v1"
-    assert sorted(p.name for p in version_dir.iterdir()) == sorted([*STAGES, "version.json"])  # no staging left
+    assert sorted(p.name for p in version_dir.iterdir()) == sorted([*STAGES, "checkpoints", "version.json"])
+    assert not list(version_dir.glob(".staging-*")) and not list(version_dir.glob("checkpoints/*/.staging-*"))
 
     for stage in STAGES:
         manifest = json.loads((version_dir / stage / "manifest.json").read_text())
@@ -77,7 +78,7 @@ def test_a_stage_error_marks_the_version_and_moves_nothing(store_with_release, t
     errored = [info for info in store.versions("digits-cnn") if info.status == "error"]
     assert len(errored) == 1 and "QuantizationError" in errored[0].record["error"]
     version_dir = root / "digits-cnn" / "versions" / errored[0].version
-    assert sorted(p.name for p in version_dir.iterdir()) == ["data", "export", "train", "version.json"]
+    assert sorted(p.name for p in version_dir.iterdir()) == ["checkpoints", "data", "export", "train", "version.json"]
     assert store.alias("digits-cnn", "release") == "v1"
 
 
