@@ -117,6 +117,37 @@ def measure(name: str, level: str, dtype: str | None, steps: int, warmup: int, b
     }
 
 
+def pipeline_check(level: str, dtype: str, clip_norm: float) -> dict:
+    """Run the pipeline's own train stage on the GPU for one epoch and return what it recorded.
+
+    Shows on a real GPU what the CPU suite cannot: the scaler enabled, its scale and skipped steps
+    accounted, clipping applied to unscaled gradients, and the ops that ran in low precision.
+    """
+    import csv
+    import tempfile
+    from pathlib import Path
+
+    from quantgate.config import DataConfig, TrainConfig
+    from quantgate.stages.data import prepare_data
+    from quantgate.stages.train import train
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        prepare_data(DataConfig(), folder)
+        config = TrainConfig(epochs=1, grad_clip_norm=clip_norm, amp={"level": level, "dtype": dtype})
+        result = train(config, folder / "splits.npz", folder)
+        with open(folder / "steps.csv") as handle:
+            rows = list(csv.DictReader(handle))
+        ops = json.loads((folder / "op_precision.json").read_text())
+    metrics = result.metrics
+    return {
+        "level": level, "dtype": dtype, "amp_effective": metrics["amp"]["effective"],
+        "weights_source": metrics["amp"]["weights_source"], "scaler": metrics["scaler"],
+        "max_grad_norm_clipped": max(float(row["grad_norm_clipped"]) for row in rows),
+        "grad_clip_norm": clip_norm, "low_precision_ops": ops["low_precision_ops"], "op_calls": ops["calls"],
+    }
+
+
 def print_table(results: list[dict]) -> None:
     header = f"{'model':<11} {'level':<5} {'dtype':<9} {'samples/s':>11} {'peak MiB':>9} {'final loss':>10} " \
              f"{'low-prec/fp32 op calls':>23}  speed-up vs O0"
@@ -150,10 +181,20 @@ def main(argv: list[str] | None = None) -> int:
             results.append(measure(name, level, dtype, args.steps, args.warmup, args.batch_size))
             print(f"# {name} {level} {dtype or 'float32'}: {results[-1]['samples_per_second']:.1f} samples/s",
                   file=sys.stderr)
+    checks = [pipeline_check(level, dtype, clip_norm=1.0)
+              for level, dtype in settings(bf16) if level != "O0"]
     print(f"# {paddle.device.cuda.get_device_name()}, Paddle {paddle.__version__}, bfloat16 supported: {bf16}")
     print_table(results)
+    print("\n# the pipeline's train stage, 1 epoch of digits, grad_clip_norm=1.0")
+    for check in checks:
+        scaler = check["scaler"]
+        print(f"{check['level']} {check['dtype']:<9} effective={check['amp_effective']} "
+              f"scale {scaler['initial_scale']:g}->{scaler['final_scale']:g} (min {scaler['min_scale']:g}) "
+              f"skipped {scaler['skipped_steps']}/{scaler['steps']} max clipped norm "
+              f"{check['max_grad_norm_clipped']:.4f} weights={check['weights_source']} "
+              f"low-precision ops: {', '.join(check['low_precision_ops']) or 'none'}")
     document = {"device": paddle.device.cuda.get_device_name(), "paddle": paddle.__version__,
-                "bfloat16_supported": bf16, "results": results}
+                "bfloat16_supported": bf16, "results": results, "pipeline_checks": checks}
     print(json.dumps(document, indent=2, sort_keys=True))
     if args.json_out:
         with open(args.json_out, "w") as handle:

@@ -59,6 +59,18 @@ class BufferSnapshot:
             tensor.set_value(saved)
 
 
+@paddle.no_grad()
+def clip_global_norm(parameters: list, factor: float) -> None:
+    """Scale every gradient in place by `factor` (< 1): ClipGradByGlobalNorm's rule with a float32 norm.
+
+    paddle.nn.utils.clip_grad_norm_ would do the same, but it sums the squares in the gradients'
+    dtype, and a float16 sum can overflow to inf and zero every gradient.
+    """
+    for param in parameters:
+        if param.grad is not None:
+            param.grad.multiply_(paddle.to_tensor(factor, dtype=param.grad.dtype))
+
+
 def apply_update(
     scaler: paddle.amp.GradScaler, optimizer, parameters: list, clip_norm: float | None, before: BufferSnapshot
 ) -> StepOutcome:
@@ -73,7 +85,7 @@ def apply_update(
         return StepOutcome(True, norm, norm)
     clipped = norm
     if clip_norm is not None and norm > clip_norm:
-        paddle.nn.utils.clip_grad_norm_(parameters, clip_norm)  # scales every gradient in place
+        clip_global_norm(parameters, clip_norm / norm)
         clipped, _ = global_grad_norm(parameters)
     scaler.step(optimizer)  # the gradients are unscaled already; it will not unscale twice
     scaler.update()
