@@ -1,7 +1,7 @@
 """Training state at the end of an epoch: written to a folder, read back to continue bit-identically.
 
 A checkpoint folder holds
-    model.pdparams    the model's state dict (parameters in their training dtype, BatchNorm statistics)
+    model.pdparams    the model's state dict as it trains (O2: float16 parameters), BatchNorm statistics
     weights.npz       the float32 master weights, as the train stage would ship them
     optimizer.pdopt   the optimizer state (Adam moments, beta powers, O2 float32 master weights)
     scaler.pdscaler   GradScaler.state_dict() (scale and its counters; empty when the scaler is disabled)
@@ -93,7 +93,9 @@ def save_training_state(folder: Path, model, optimizer, scaler, numpy_rng: np.ra
                         divergence_streak: int) -> None:
     """Write everything needed to continue after `epoch` into `folder`."""
     folder = Path(folder)
-    paddle.save(model.state_dict(), str(folder / "model.pdparams"))
+    # use_hook=False: O2's save_dtype hook would cast float16 parameters to float32, and
+    # set_state_dict refuses a dtype that differs from the parameter's on load
+    paddle.save(model.state_dict(use_hook=False), str(folder / "model.pdparams"))
     weights, source = amp.float32_state(model, optimizer)
     np.savez(folder / "weights.npz", **weights)
     paddle.save(_portable_optimizer_state(optimizer.state_dict(), model), str(folder / "optimizer.pdopt"))
