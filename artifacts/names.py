@@ -16,8 +16,8 @@ NAME_RULE = (
     f"must match {NAME_PATTERN.pattern} (lowercase letters, digits, '.', '_' or '-', "
     "starting with a letter or digit, at most 64 characters) and must not contain '..'"
 )
-# A stage folder sits next to the version record and the checkpoints folder; it must not replace them.
-RESERVED_STAGE_NAMES = frozenset({"version.json", "checkpoints"})
+# A stage folder sits next to the version record, the checkpoints and the decisions folders; it must not clash with them.
+RESERVED_STAGE_NAMES = frozenset({"version.json", "checkpoints", "decisions"})
 
 
 @dataclass(frozen=True)

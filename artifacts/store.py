@@ -4,10 +4,13 @@
     <root>/<model>/versions/v1/.staging-<stage>-<hex>/          in progress, invisible to readers
     <root>/<model>/versions/v1/version.json                     the version's final record
     <root>/<model>/versions/v1/checkpoints/<stage>/<name>/      per-epoch checkpoints (checkpoints.py)
+    <root>/<model>/versions/v1/decisions/0001.json              later gate decisions, write-once
     <root>/<model>/aliases/<alias>.json                         e.g. latest, release
+    <root>/<model>/audit.jsonl                                  every alias move, appended
 
 Versions and stages only ever appear by an atomic mkdir or rename and are never rewritten;
-aliases are the one mutable thing, and each change replaces the whole file in one step.
+aliases are the one mutable thing, and each change replaces the whole file in one step and
+appends a line to the model's audit log under the same lock.
 """
 
 import json
@@ -16,7 +19,9 @@ import tempfile
 from pathlib import Path
 
 from .aliases import aliases_by_version, read_alias, write_alias
+from .audit import AUDIT_FILE, append_line, current_actor, locked_log, read_log
 from .checkpoints import CheckpointRef, CheckpointWriter, checkpoint_folder, committed_checkpoints, verify_checkpoint_files
+from .decisions import append_decision, read_decisions
 from .errors import ArtifactCorrupt, ArtifactError, ArtifactExists, ArtifactNotFound, StoreNotWritable
 from .manifest import MANIFEST_NAME, canonical_json, sha256_bytes, to_json_safe, utc_now, write_new_file
 from .names import NAME_PATTERN, VERSION_PATTERN, StageRef, VersionInfo, VersionRef
@@ -281,13 +286,17 @@ class ArtifactStore:
 
     # -- aliases ----------------------------------------------------------------------------
 
-    def set_alias(self, model: str, alias: str, version: str, reason: str = "") -> None:
+    def set_alias(self, model: str, alias: str, version: str, reason: str = "", action: str = "set",
+                  actor: str | None = None) -> None:
         """Point `alias` of `model` at a finalized `version`, replacing its old target atomically.
+
+        The move is appended to the model's audit log (who, when, from, to, why, action) while
+        the log's lock is held, so concurrent moves are serialized and each line's "from" is true.
 
         Raises:
             InvalidName: a name breaks the naming rules.
             ArtifactNotFound: the version does not exist.
-            ArtifactError: the version is not finalized yet.
+            ArtifactError: the version is not finalized yet, or the store is not writable.
         """
         check_alias(alias)
         ref = self.version(model, version)
@@ -300,12 +309,27 @@ class ArtifactStore:
             )
         aliases_dir = self._model_dir(model) / "aliases"
         try:
-            write_alias(aliases_dir, model, alias, version, str(reason), self.root)
+            with locked_log(self._model_dir(model) / AUDIT_FILE) as log:
+                previous = read_alias(aliases_dir / f"{alias}.json", self.root)
+                write_alias(aliases_dir, model, alias, version, str(reason), self.root)
+                append_line(log, {
+                    "at": utc_now(), "who": actor or current_actor(), "model": model, "alias": alias,
+                    "from": previous, "to": version, "why": str(reason), "action": action,
+                })
         except OSError as exc:
             raise ArtifactError(
-                f"cannot write alias {alias!r} of model {model!r} in {aliases_dir}: {exc.strerror or exc}; "
-                "check that the store is writable"
+                f"cannot move alias {alias!r} of model {model!r} in {self._model_dir(model)}: "
+                f"{exc.strerror or exc}; check that the store is writable"
             ) from exc
+
+    def audit_log(self, model: str) -> list[dict]:
+        """Every alias move of `model`, oldest first.
+
+        Raises:
+            InvalidName: `model` breaks the naming rules.
+            ArtifactCorrupt: a line of the log is not a JSON object.
+        """
+        return read_log(self._model_dir(model) / AUDIT_FILE, self.root)
 
     def alias(self, model: str, alias: str) -> str | None:
         """The version `alias` of `model` points at, or None if the alias was never set.
@@ -315,6 +339,96 @@ class ArtifactStore:
             ArtifactCorrupt: the alias file is not a valid alias record.
         """
         return read_alias(self._model_dir(model) / "aliases" / f"{check_alias(alias)}.json", self.root)
+
+    # -- gate decisions after the run ---------------------------------------------------------
+
+    def record_decision(self, version_ref: VersionRef, record: dict) -> str:
+        """Append a new gate decision to a finalized version; return its path relative to the store.
+
+        The version's stages and version.json are not touched; decisions are numbered and write-once.
+
+        Raises:
+            ArtifactNotFound: the version does not exist.
+            ArtifactError: the version is not finalized, or `record` is not JSON-safe.
+        """
+        ref = self.version(version_ref.model, version_ref.version)
+        if not (Path(ref.path) / VERSION_RECORD).is_file():
+            raise ArtifactError(
+                f"model {ref.model!r} {ref.version} is not finalized; only a finished version can be decided again"
+            )
+        safe = dict(to_json_safe(record, "decision"), model=ref.model, version=ref.version, who=current_actor())
+        try:
+            return self._relative(append_decision(Path(ref.path), safe))
+        except OSError as exc:
+            raise ArtifactError(
+                f"cannot record a decision for model {ref.model!r} {ref.version}: {exc.strerror or exc}; "
+                "check that the store is writable"
+            ) from exc
+
+    def decisions(self, version_ref: VersionRef) -> list[dict]:
+        """Later gate decisions of a version, oldest first ([] if it was never decided again).
+
+        Raises:
+            ArtifactNotFound: the version does not exist.
+            ArtifactCorrupt: a decision file is not valid JSON.
+        """
+        ref = self.version(version_ref.model, version_ref.version)
+        return read_decisions(Path(ref.path), self.root)
+
+    def version_record(self, version_ref: VersionRef) -> dict:
+        """The version's final record (version.json), or {} while it is not finalized.
+
+        Raises:
+            ArtifactNotFound: the version does not exist.
+            ArtifactCorrupt: version.json is not valid JSON.
+        """
+        ref = self.version(version_ref.model, version_ref.version)
+        return self._version_record(ref.model, ref.version)
+
+    def finalized_stage_ref(self, version_ref: VersionRef, stage: str) -> StageRef:
+        """A ref to `stage` pinned to the digest recorded in version.json when the version was finalized.
+
+        Reading through it proves the stage is still what the version's record says it was.
+
+        Raises:
+            ArtifactNotFound: the version is not finalized, or its record lists no such stage.
+            ArtifactCorrupt: version.json is not valid JSON.
+        """
+        ref = self.version(version_ref.model, version_ref.version)
+        pinned = self._version_record(ref.model, ref.version).get("stages", {})
+        if not isinstance(pinned, dict) or not isinstance(pinned.get(check_stage(stage)), str):
+            raise ArtifactNotFound(
+                f"model {ref.model!r} {ref.version} has no finalized stage {stage!r} in its {VERSION_RECORD}; "
+                "only a finished run's stages can be read this way"
+            )
+        return StageRef(ref.model, ref.version, stage, str(Path(ref.path) / stage), pinned[stage])
+
+    def lineage_problems(self, ref: StageRef) -> list[str]:
+        """Why `ref`'s outputs may not belong to its inputs as they are now; [] if every input matches.
+
+        Walks the inputs recorded in each manifest, transitively: each must still be committed
+        with the manifest digest that was recorded, and its files must re-hash to that manifest.
+        """
+        problems, seen, pending = [], set(), [ref]
+        while pending:
+            current = pending.pop()
+            try:
+                manifest = self.read_manifest(current)
+            except ArtifactError as exc:
+                problems.append(str(exc))
+                continue
+            for name, recorded in sorted(manifest.get("inputs", {}).items()):
+                try:
+                    model, version, stage = recorded["model"], recorded["version"], recorded["stage"]
+                    input_ref = StageRef(model, version, stage, str(self._stage_dir(StageRef(model, version, stage, "", ""))),
+                                         recorded["manifest_sha256"])
+                except (ArtifactError, KeyError, TypeError) as exc:
+                    problems.append(f"stage {current.stage!r} of {current.version} records an unusable input {name!r} ({exc})")
+                    continue
+                if input_ref not in seen:
+                    seen.add(input_ref)
+                    pending.append(input_ref)
+        return problems
 
     # -- internals --------------------------------------------------------------------------
 

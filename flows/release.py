@@ -1,4 +1,4 @@
-"""The `release` flow: train → export → quantize → convert → evaluate → gate → publish.
+"""The `release` flow: train → export → quantize → convert → evaluate → gate → report → publish.
 
 Run it with `quantgate run`, as a script, or from a deployment in prefect.yaml.
 """
@@ -18,6 +18,8 @@ from quantgate.flows.tasks import (
     export_task,
     gate_task,
     quantize_task,
+    release_baseline_task,
+    report_task,
     train_task,
 )
 from quantgate.settings import resolve_store_root
@@ -99,12 +101,15 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
         refs["quantize"] = quantize_task(root, version, config.quantize, refs["export"], refs["data"])
         refs["convert"] = convert_task(root, version, refs["export"], refs["quantize"])
         refs["evaluate"] = evaluate_task(root, version, config.evaluate, refs["convert"], refs["data"])
-        refs["gate"] = gate_task(root, version, config.gate, refs["evaluate"])
+        baseline = release_baseline_task(root, config.model_name)
+        refs["gate"] = gate_task(root, version, config.gate, refs["evaluate"], baseline)
+        refs["report"] = report_task(root, version, refs["train"], refs["evaluate"], refs["gate"])
         record = publish_task(root, version, config, refs)
     except Exception as exc:
         record_error(artifact_store, version, config, exc)
         raise
-    publish_report(version, record, artifact_store.alias(version.model, "release"))
+    publish_report(version, record, artifact_store.alias(version.model, "release"),
+                   artifact_store.verify_stage(refs["report"]))
     if record["status"] != "passed":
         failed = [Criterion(**criterion) for criterion in record["gate"]["criteria"] if not criterion["passed"]]
         raise GateFailed(version.model, version.version, [criterion.describe() for criterion in failed])

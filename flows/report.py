@@ -1,17 +1,22 @@
-"""The run's Prefect artifact: FP32 vs INT8 side by side and the gate's verdict."""
+"""The run's Prefect artifacts: the version's report.md as markdown, and FP32 vs INT8 as a table."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from prefect.artifacts import create_table_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from quantgate.artifacts import VersionRef
+from quantgate.stages.report import REPORT_FILE
+
+# ![alt](file.png): the Prefect UI cannot load files from the store, so images become their paths.
+IMAGE_LINK = re.compile(r"!\[([^\]]*)\]\(([^)]+)\)")
 
 
-def artifact_key(model: str) -> str:
+def artifact_key(model: str, kind: str = "release") -> str:
     """Prefect artifact keys allow lowercase letters, digits and dashes only."""
-    return re.sub(r"[^a-z0-9-]+", "-", f"{model}-release").strip("-")
+    return re.sub(r"[^a-z0-9-]+", "-", f"{model}-{kind}").strip("-")
 
 
 def metrics_table(version: VersionRef, record: dict, release: str | None) -> list[dict]:
@@ -27,18 +32,26 @@ def metrics_table(version: VersionRef, record: dict, release: str | None) -> lis
     ]
     for criterion in record["gate"]["criteria"]:
         measured = "missing" if criterion["measured"] is None else f"{criterion['measured']:.4g}"
+        verdict = criterion.get("verdict") or ("pass" if criterion["passed"] else "fail")
         rows.append({"metric": f"gate: {criterion['name']}", "fp32": "", "int8": measured,
                      "note": f"{criterion['comparison']} {criterion['threshold']:g}: "
-                             f"{'pass' if criterion['passed'] else 'FAIL'}"})
+                             f"{'FAIL' if verdict == 'fail' else verdict.replace('_', ' ')}"})
     rows.append({"metric": "version", "fp32": "", "int8": f"{version.model}/{version.version}",
                  "note": f"{record['status']}; release -> {release or 'none'}; {version.path}"})
     return rows
 
 
-def publish_report(version: VersionRef, record: dict, release: str | None) -> None:
-    """Publish the FP32 vs INT8 table with the gate decision as a Prefect table artifact."""
-    create_table_artifact(
-        table=metrics_table(version, record, release),
-        key=artifact_key(version.model),
-        description=f"quantgate {version.model}/{version.version}: gate {record['status']}",
-    )
+def markdown_for_prefect(report_dir: Path) -> str:
+    """The stored report.md, with each embedded image replaced by its path in the store."""
+    text = (Path(report_dir) / REPORT_FILE).read_text()
+    return IMAGE_LINK.sub(lambda m: f"{m.group(1)}: `{Path(report_dir) / m.group(2)}`", text)
+
+
+def publish_report(version: VersionRef, record: dict, release: str | None, report_dir: Path | None = None) -> None:
+    """Publish the report as a Prefect markdown artifact and the FP32 vs INT8 table with the gate decision."""
+    description = f"quantgate {version.model}/{version.version}: gate {record['status']}"
+    if report_dir is not None:
+        create_markdown_artifact(markdown=markdown_for_prefect(report_dir) + f"\n`release` now points at: {release or 'none'}\n",
+                                 key=artifact_key(version.model, "report"), description=description)
+    create_table_artifact(table=metrics_table(version, record, release), key=artifact_key(version.model),
+                          description=description)

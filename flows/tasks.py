@@ -21,9 +21,12 @@ from quantgate.stages.convert import FP32_FILE, INT8_FILE, OPSET, convert
 from quantgate.stages.data import SPLITS_FILE, prepare_data
 from quantgate.stages.evaluate import evaluate
 from quantgate.stages.export import MODEL_FILE, PARAMS_FILE, export
-from quantgate.stages.gate import gate
+from quantgate.flows.evidence import gate_evidence, release_baseline
+from quantgate.stages.gate import ReleaseBaseline, gate
+from quantgate.stages.report import report
 from quantgate.stages.quantize import quantize
-from quantgate.stages.train import ARCHITECTURE, REFERENCE_LOGITS_FILE, WEIGHTS_FILE, train
+from quantgate.stages.training_scalars import VISUALDL_DIR
+from quantgate.stages.train import ARCHITECTURE, REFERENCE_LOGITS_FILE, STEPS_FILE, WEIGHTS_FILE, train
 
 STAGE_TASK = {"retries": 0, "cache_policy": NO_CACHE}
 
@@ -141,11 +144,38 @@ def evaluate_task(
     )
 
 
+@task(name="release-baseline", **STAGE_TASK)
+def release_baseline_task(store_root: str, model: str) -> ReleaseBaseline | None:
+    """The current release's INT8 top-1, verified; None when nothing was released yet."""
+    baseline = release_baseline(ArtifactStore(store_root), model)
+    get_run_logger().info("release baseline: %s", baseline or "none yet (regression criterion not applicable)")
+    return baseline
+
+
 @task(name="gate", **STAGE_TASK)
-def gate_task(store_root: str, version: VersionRef, policy: GatePolicy, evaluated: StageRef) -> StageRef:
-    """Apply the release policy to the evaluation's metrics."""
-    metrics = ArtifactStore(store_root).read_manifest(evaluated)["metrics"]
+def gate_task(store_root: str, version: VersionRef, policy: GatePolicy, evaluated: StageRef,
+              baseline: ReleaseBaseline | None = None) -> StageRef:
+    """Apply the release policy to the evaluation, its provenance and the release baseline."""
+    metrics, predictions, stale = gate_evidence(ArtifactStore(store_root), evaluated)
     return run_stage(
         store_root, version, "gate", policy.model_dump(mode="json"), {"evaluate": evaluated},
-        lambda _, out: gate(policy, metrics, out),
+        lambda _, out: gate(policy, metrics, out, predictions, baseline, stale),
+    )
+
+
+@task(name="report", **STAGE_TASK)
+def report_task(store_root: str, version: VersionRef, trained: StageRef, evaluated: StageRef, gated: StageRef) -> StageRef:
+    """report.md and PNG plots of the run, stored in the version."""
+    store = ArtifactStore(store_root)
+    train_metrics, evaluation, gate_record = (store.read_manifest(ref)["metrics"] for ref in (trained, evaluated, gated))
+    version_dir = Path(version.path)
+    where = {
+        "version": str(version_dir),
+        "report": str(version_dir / "report"),
+        "VisualDL": f"visualdl --logdir {version_dir / trained.stage / VISUALDL_DIR}",
+    }
+    return run_stage(
+        store_root, version, "report", {}, {"train": trained, "evaluate": evaluated, "gate": gated},
+        lambda dirs, out: report(f"{version.model} {version.version}", evaluation, gate_record, train_metrics,
+                                 dirs["train"] / STEPS_FILE, where, out),
     )

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from quantgate import release_commands
 from quantgate.config import PipelineConfig, apply_override, read_yaml, validate_config
 from quantgate.errors import ConfigError, QuantgateError
 from quantgate.settings import STORE_ENV, resolve_store_root
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     versions.add_argument("--store", help=f"artifact store root (default: ${STORE_ENV} or ~/.quantgate/store)")
     versions.add_argument("--model", help="only this model")
     versions.add_argument("--json", action="store_true", help="print JSON for scripts")
+    release_commands.add_parsers(commands)  # gate, promote, rollback, log
     return parser
 
 
@@ -169,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     # The embedded Prefect server would try to send usage telemetry; a CLI run stays offline.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     args = build_parser().parse_args(argv)
-    handlers = {"run": command_run, "versions": command_versions}
+    handlers = {"run": command_run, "versions": command_versions, **release_commands.HANDLERS}
     try:
         return handlers[args.command](args)
     except QuantgateError as exc:

@@ -107,6 +107,19 @@ class GatePolicy(Section):
     min_int8_accuracy: float = Field(
         0.0, ge=0, le=100, description="Smallest allowed INT8 top-1 accuracy, in percent (0 disables the floor)."
     )
+    max_release_regression: float = Field(
+        1.0, ge=0, le=100,
+        description="Largest allowed INT8 top-1 drop vs the current release version's INT8 top-1, in points "
+        "(not applicable while there is no release).",
+    )
+    require_ci_within_drop: bool = Field(
+        False, description="Also require the lower bound of the 95 % bootstrap interval of the INT8-FP32 "
+        "accuracy delta to stay above -max_accuracy_drop.",
+    )
+    bootstrap_resamples: int = Field(
+        2000, ge=100, le=100_000, description="Paired bootstrap resamples of the test set for the delta's interval."
+    )
+    bootstrap_seed: int = Field(0, ge=0, description="Seed of the bootstrap resampling, so the interval is reproducible.")
 
 
 class PipelineConfig(Section):

@@ -1,3 +1,3 @@
 """Pipeline stages: plain functions that read input paths and write into a folder they are given."""
 
-PIPELINE = ("data", "train", "export", "quantize", "convert", "evaluate", "gate")
+PIPELINE = ("data", "train", "export", "quantize", "convert", "evaluate", "gate", "report")

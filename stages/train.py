@@ -24,6 +24,7 @@ from quantgate.stages.grad_step import BufferSnapshot, apply_update
 from quantgate.stages.models import build_model
 from quantgate.stages.op_precision import OP_PRECISION_FILE, op_precision_record, operator_stats
 from quantgate.stages.scaler_accounting import STEP_COLUMNS, ScalerAccounting
+from quantgate.stages.training_scalars import VISUALDL_DIR, write_visualdl_scalars
 
 WEIGHTS_FILE = "weights.npz"
 STEPS_FILE = "steps.csv"
@@ -131,8 +132,10 @@ def train(config: TrainConfig, splits_path: Path, out_dir: Path, checkpoints: Ch
 
     step, started, ops = start_epoch * steps_per_epoch, time.perf_counter(), {}
     first_step = step
+    samples_per_second: dict[int, float] = {}  # steps run by this process (a resumed run's earlier ones were not)
     for epoch in range(start_epoch + 1, config.epochs + 1):
         for batch in _batches(len(splits.y_train), config.batch_size, rng):
+            step_started = time.perf_counter()
             images = paddle.to_tensor(splits.x_train[batch])
             labels = paddle.to_tensor(splits.y_train[batch])
             before = BufferSnapshot(model)
@@ -147,6 +150,7 @@ def train(config: TrainConfig, splits_path: Path, out_dir: Path, checkpoints: Ch
             outcome = apply_update(scaler, optimizer, trainable, config.grad_clip_norm, before)
             optimizer.clear_grad()
             step += 1
+            samples_per_second[step] = len(batch) / (time.perf_counter() - step_started)
             loss_value = float(loss.astype("float32"))
             accounting.record(step, epoch, loss_value, scale_used, outcome.skipped,
                               outcome.grad_norm, outcome.grad_norm_clipped)
@@ -168,6 +172,7 @@ def train(config: TrainConfig, splits_path: Path, out_dir: Path, checkpoints: Ch
         writer = csv.writer(handle)
         writer.writerow(STEP_COLUMNS)
         writer.writerows(row.as_tuple() for row in accounting.rows)
+    write_visualdl_scalars(out_dir / STEPS_FILE, out_dir / VISUALDL_DIR, samples_per_second)
     (out_dir / OP_PRECISION_FILE).write_text(json.dumps(
         op_precision_record(ops, record.effective, record.reason, record.device), indent=2, sort_keys=True))
 

@@ -1,0 +1,125 @@
+"""Report stage: a markdown report and PNG plots of one run, for people rather than scripts.
+
+Everything shown is read from what the earlier stages measured and stored; nothing is recomputed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from quantgate.stages.plots import per_class_plot, training_plot
+
+REPORT_FILE = "report.md"
+TRAINING_PLOT = "training.png"
+PER_CLASS_PLOT = "per_class.png"
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    report_file: str
+    plot_files: tuple[str, ...]
+    metrics: dict
+
+
+def _num(value, spec: str, missing: str = "n/a") -> str:
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return missing
+    return format(value, spec)
+
+
+def _size(num_bytes) -> str:
+    return "n/a" if not isinstance(num_bytes, (int, float)) else f"{num_bytes / 1024:.1f} KiB"
+
+
+def _comparison_table(evaluation: dict, gate_record: dict) -> list[str]:
+    e = evaluation
+    interval = gate_record.get("delta_interval") or {}
+    ci = (f", 95 % CI [{_num(interval.get('low_pts'), '+.2f')}, {_num(interval.get('high_pts'), '+.2f')}] "
+          f"(paired bootstrap, {interval.get('resamples')} resamples)") if interval else ", no interval"
+    speedup = e.get("speedup_int8_vs_fp32")
+    return [
+        f"## FP32 vs INT8 (onnxruntime, {e.get('test_samples', 'n/a')} test samples)",
+        "",
+        "| | FP32 | INT8 | INT8 vs FP32 |",
+        "|---|---:|---:|---|",
+        f"| top-1 accuracy | {_num(e.get('fp32_top1_pct'), '.2f')} % | {_num(e.get('int8_top1_pct'), '.2f')} % "
+        f"| {_num(e.get('accuracy_delta_pts'), '+.2f')} pts{ci} |",
+        f"| prediction agreement | | | {_num(e.get('agreement'), '.4f')} of test samples |",
+        f"| latency p50 / p90 (ms, batch of {e.get('latency_batch_size', 'n/a')}) "
+        f"| {_num(e.get('latency_ms_p50_fp32'), '.3f')} / {_num(e.get('latency_ms_p90_fp32'), '.3f')} "
+        f"| {_num(e.get('latency_ms_p50_int8'), '.3f')} / {_num(e.get('latency_ms_p90_int8'), '.3f')} "
+        f"| {_num(speedup, '.2f')}x speed-up (p50) |",
+        f"| model size | {_size(e.get('model_bytes_fp32'))} | {_size(e.get('model_bytes_int8'))} "
+        f"| {_num(e.get('size_ratio_int8_vs_fp32'), '.2f')}x size |",
+    ]
+
+
+def _gate_table(gate_record: dict) -> list[str]:
+    lines = ["## Gate", "", "| criterion | measured | must be | verdict | note |", "|---|---:|---|---|---|"]
+    for c in gate_record.get("criteria", []):
+        verdict = c.get("verdict") or ("pass" if c.get("passed") else "fail")
+        shown = "**FAIL**" if verdict == "fail" else verdict.replace("_", " ")
+        note = str(c.get("note", "")).replace("|", "/").replace("\n", " ")
+        lines.append(f"| {c['name']} | {_num(c.get('measured'), '.4g', 'missing')} {c.get('unit', '')} "
+                     f"| {c.get('comparison', '')} {_num(c.get('threshold'), 'g')} | {shown} | {note} |")
+    return lines
+
+
+def _per_class_table(evaluation: dict) -> list[str]:
+    fp32, int8 = evaluation.get("per_class_top1_pct_fp32") or [], evaluation.get("per_class_top1_pct_int8") or []
+    lines = ["## Per-class top-1 (%)", "", "| class | FP32 | INT8 | delta (pts) |", "|---:|---:|---:|---:|"]
+    for k, (a, b) in enumerate(zip(fp32, int8)):
+        delta = b - a if _num(a, "g") != "n/a" and _num(b, "g") != "n/a" else None
+        lines.append(f"| {k} | {_num(a, '.2f')} | {_num(b, '.2f')} | {_num(delta, '+.2f')} |")
+    return lines
+
+
+def _training_lines(train_metrics: dict) -> list[str]:
+    amp = train_metrics.get("amp", {})
+    requested = amp.get("requested", {})
+    return [
+        "## Training",
+        "",
+        f"- {train_metrics.get('steps', 'n/a')} steps, final-epoch mean loss "
+        f"{_num(train_metrics.get('final_epoch_loss_mean'), '.4f')}, "
+        f"{_num(train_metrics.get('samples_per_second'), '.0f')} samples/s",
+        f"- AMP requested {requested.get('level', 'n/a')}/{requested.get('dtype', 'n/a')}, "
+        f"effective: {amp.get('effective', 'n/a')} ({amp.get('reason', 'no record')})",
+        "",
+        f"![Training loss and loss scale per step]({TRAINING_PLOT})",
+        "",
+        f"![Per-class top-1, FP32 vs INT8]({PER_CLASS_PLOT})",
+    ]
+
+
+def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metrics: dict,
+                    where: dict[str, str]) -> str:
+    """The report as markdown; `where` maps labels to locations (paths, commands) shown at the end."""
+    passed = gate_record.get("passed") is True
+    outcome = ("The gate passed: this version may become `release`." if passed else
+               "The gate failed: `release` does not move to this version; it is kept for inspection.")
+    lines = [f"# {title}: gate {'PASSED' if passed else 'FAILED'}", "", outcome, ""]
+    lines += _comparison_table(evaluation, gate_record) + [""]
+    lines += _gate_table(gate_record) + [""]
+    lines += _per_class_table(evaluation) + [""]
+    lines += _training_lines(train_metrics) + [""]
+    lines += ["## Where it lives", ""] + [f"- {label}: `{value}`" for label, value in where.items()]
+    return "\n".join(lines) + "\n"
+
+
+def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict, steps_csv: Path,
+           where: dict[str, str], out_dir: Path) -> ReportResult:
+    """Write report.md, training.png and per_class.png into `out_dir`.
+
+    Raises:
+        ValueError: the training steps are empty or unreadable.
+    """
+    out_dir = Path(out_dir)
+    training_plot(Path(steps_csv), out_dir / TRAINING_PLOT, f"{title}: training loss and loss scale")
+    per_class_plot(evaluation.get("per_class_top1_pct_fp32") or [], evaluation.get("per_class_top1_pct_int8") or [],
+                   out_dir / PER_CLASS_PLOT, f"{title}: top-1 per class, FP32 vs INT8")
+    (out_dir / REPORT_FILE).write_text(render_markdown(title, evaluation, gate_record, train_metrics, where))
+    return ReportResult(REPORT_FILE, (TRAINING_PLOT, PER_CLASS_PLOT),
+                        {"report_file": REPORT_FILE, "plots": [TRAINING_PLOT, PER_CLASS_PLOT]})
