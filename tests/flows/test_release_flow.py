@@ -64,7 +64,10 @@ def test_a_policy_the_run_cannot_meet_fails_and_leaves_release(store_with_releas
     gate = json.loads((root / "digits-cnn" / "versions" / "v2" / "gate" / "gate.json").read_text())
     assert gate["passed"] is False
     failed = [c for c in gate["criteria"] if not c["passed"]]
-    assert [c["name"] for c in failed] == ["int8_top1_pct"] and failed[0]["threshold"] == 100.0
+    assert [c["name"] for c in failed] == ["int8_top1_pct", "release_regression_pts"]
+    assert failed[0]["threshold"] == 100.0 and failed[1]["note"].startswith("vs release v1")
+    assert gate["release_baseline"]["version"] == "v1" and gate["release_baseline"]["int8_top1_pct"] > 85
+    assert failed[1]["measured"] == gate["release_baseline"]["int8_top1_pct"] - gate["criteria"][2]["measured"]
     assert {info.version: info.status for info in store.versions("digits-cnn")}["v2"] == "failed"
 
 
@@ -99,3 +102,33 @@ def test_the_run_publishes_its_metrics_and_verdict_as_a_prefect_table(store_with
     by_metric = {row["metric"]: row for row in rows}
     assert {"top-1 accuracy (%)", "prediction agreement", "gate: accuracy_drop_pts", "gate: agreement"} <= set(by_metric)
     assert by_metric["gate: agreement"]["note"].startswith(">= 0.98")
+
+
+def test_the_run_stores_a_report_with_plots_and_publishes_it_as_markdown(store_with_release):
+    from prefect.artifacts import Artifact
+
+    root, version = store_with_release
+    report_dir = root / "digits-cnn" / "versions" / version / "report"
+    text = (report_dir / "report.md").read_text()
+    assert text.startswith("# digits-cnn v1: gate PASSED") and "95 % CI [" in text
+    assert "release_regression_pts | missing" in text and "not applicable | no release version yet" in text
+    assert f"- version: `{root / 'digits-cnn' / 'versions' / 'v1'}`" in text
+    assert (report_dir / "training.png").read_bytes()[:4] == b"\x89PNG"
+    assert (report_dir / "per_class.png").read_bytes()[:4] == b"\x89PNG"
+
+    # The key's newest artifact is from the latest run that reached the report (v1, or v2 if the tests above ran).
+    artifact = Artifact.get("digits-cnn-report")
+    assert artifact is not None and artifact.type == "markdown"
+    published = artifact.data.split()[2].rstrip(":")
+    published_dir = root / "digits-cnn" / "versions" / published / "report"
+    stored = (published_dir / "report.md").read_text()
+    assert artifact.data.startswith(stored.split("![")[0]) and "## Per-class top-1 (%)" in artifact.data
+    # Images cannot load from the store inside Prefect's UI, so their paths are shown instead.
+    assert f"`{published_dir / 'training.png'}`" in artifact.data and "![" not in artifact.data
+
+
+def test_the_flows_alias_moves_are_in_the_audit_log(store_with_release):
+    root, _ = store_with_release
+    first_moves = ArtifactStore(root).audit_log("digits-cnn")[:2]
+    assert [(e["alias"], e["from"], e["to"]) for e in first_moves] == [("latest", None, "v1"), ("release", None, "v1")]
+    assert first_moves[1]["why"] == "gate passed" and "@" in first_moves[1]["who"]

@@ -1,10 +1,17 @@
 import json
 import math
 
+import numpy as np
+import pytest
+
 from quantgate.config import GatePolicy
-from quantgate.stages.gate import decide, gate
+from quantgate.stages.gate import ReleaseBaseline, decide, gate, paired_bootstrap_delta
 
 GOOD = {"fp32_top1_pct": 97.5, "int8_top1_pct": 97.0, "agreement": 0.99}
+
+
+def by_name(decision) -> dict:
+    return {criterion.name: criterion for criterion in decision.criteria}
 
 
 def test_a_model_within_policy_passes(tmp_path):
@@ -12,7 +19,11 @@ def test_a_model_within_policy_passes(tmp_path):
     assert decision.passed and not decision.failed
     record = json.loads((tmp_path / "gate.json").read_text())
     assert record["passed"] is True and record["policy"]["max_accuracy_drop"] == 1.0
-    assert {c["name"] for c in record["criteria"]} == {"accuracy_drop_pts", "agreement", "int8_top1_pct"}
+    assert {c["name"] for c in record["criteria"]} == {
+        "accuracy_drop_pts", "agreement", "int8_top1_pct", "delta_ci95_low_pts", "release_regression_pts",
+        "stale_evidence"}
+    for criterion in record["criteria"]:  # the shape later criteria (e.g. speed-up) share
+        assert {"name", "measured", "threshold", "comparison", "unit", "passed", "verdict", "note"} <= set(criterion)
 
 
 def test_each_failed_criterion_is_named_with_value_and_threshold():
@@ -27,7 +38,101 @@ def test_each_failed_criterion_is_named_with_value_and_threshold():
 
 def test_missing_or_nan_metrics_fail_closed():
     for broken in ({**GOOD, "agreement": math.nan}, {k: v for k, v in GOOD.items() if k != "int8_top1_pct"},
-                   {**GOOD, "fp32_top1_pct": "97"}, {**GOOD, "agreement": None}):
+                   {**GOOD, "fp32_top1_pct": "97"}, {**GOOD, "agreement": None}, {}):
         decision = decide(GatePolicy(max_accuracy_drop=100, min_agreement=0), broken)
         assert not decision.passed
-        assert any(criterion.measured is None for criterion in decision.failed)
+        assert any(criterion.measured is None and criterion.verdict == "fail" for criterion in decision.failed)
+
+
+def test_stale_evidence_fails_the_gate_and_says_why():
+    decision = decide(GatePolicy(), GOOD, stale=("convert manifest changed after evaluate read it",))
+    assert not decision.passed
+    stale = by_name(decision)["stale_evidence"]
+    assert stale.verdict == "fail" and stale.measured == 1 and "convert manifest changed" in stale.note
+
+
+def test_regression_vs_release_is_not_applicable_without_a_release_and_checked_with_one():
+    first = by_name(decide(GatePolicy(), GOOD))["release_regression_pts"]
+    assert first.verdict == "not_applicable" and first.passed and "no release" in first.note
+    assert first.describe() == "release_regression_pts: not applicable (no release version yet, nothing to compare with)"
+
+    within = decide(GatePolicy(max_release_regression=1.0), GOOD, release=ReleaseBaseline("v4", 97.8))
+    assert within.passed and by_name(within)["release_regression_pts"].measured == pytest.approx(0.8)
+
+    worse = decide(GatePolicy(max_release_regression=0.5), GOOD, release=ReleaseBaseline("v4", 97.8))
+    regression = by_name(worse)["release_regression_pts"]
+    assert not worse.passed and regression.verdict == "fail" and "release v4" in regression.note
+
+
+def test_an_unverifiable_release_baseline_fails_closed():
+    baseline = ReleaseBaseline("v4", None, "evaluate/manifest.json changed after it was committed")
+    decision = decide(GatePolicy(max_release_regression=100), GOOD, release=baseline)
+    regression = by_name(decision)["release_regression_pts"]
+    assert not decision.passed and regression.measured is None and "changed after it was committed" in regression.note
+
+
+def paired_predictions(n: int, fp32_wrong: float, int8_wrong: float, seed: int = 3):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 10, n)
+    fp32 = np.where(rng.random(n) < fp32_wrong, (labels + 1) % 10, labels)
+    int8 = np.where(rng.random(n) < int8_wrong, (labels + 2) % 10, fp32)
+    return labels, fp32, int8
+
+
+def test_bootstrap_interval_contains_the_delta_is_seeded_and_narrows_with_more_samples():
+    labels, fp32, int8 = paired_predictions(200, 0.05, 0.04)
+    small = paired_bootstrap_delta(labels, fp32, int8, resamples=2000, seed=0)
+    point = 100 * (np.mean(int8 == labels) - np.mean(fp32 == labels))
+    assert small.delta_pts == pytest.approx(point) and small.delta_pts < 0
+    assert small.low_pts <= small.delta_pts <= small.high_pts and small.low_pts < small.high_pts
+    assert paired_bootstrap_delta(*paired_predictions(200, 0.05, 0.04), resamples=2000, seed=0) == small
+    assert paired_bootstrap_delta(*paired_predictions(200, 0.05, 0.04), resamples=2000, seed=1) != small
+    large = paired_bootstrap_delta(*paired_predictions(5000, 0.05, 0.04), resamples=2000, seed=0)
+    assert large.high_pts - large.low_pts < (small.high_pts - small.low_pts) / 3
+    # Identical predictions: every resample has delta 0.
+    labels, fp32, _ = paired_predictions(100, 0.1, 0)
+    same = paired_bootstrap_delta(labels, fp32, fp32, resamples=500, seed=0)
+    assert (same.low_pts, same.delta_pts, same.high_pts) == (0.0, 0.0, 0.0)
+
+
+def save_predictions(folder, labels, fp32, int8):
+    path = folder / "predictions.npz"
+    np.savez(path, labels=labels, fp32_pred=fp32, int8_pred=int8)
+    return path
+
+
+def metrics_of(labels, fp32, int8) -> dict:
+    return {"fp32_top1_pct": 100 * float(np.mean(fp32 == labels)), "int8_top1_pct": 100 * float(np.mean(int8 == labels)),
+            "agreement": float(np.mean(fp32 == int8))}
+
+
+def test_the_interval_can_be_required_to_stay_above_minus_max_drop(tmp_path):
+    labels, fp32, int8 = paired_predictions(150, 0.05, 0.06)
+    predictions = save_predictions(tmp_path, labels, fp32, int8)
+    metrics = metrics_of(labels, fp32, int8)
+    loose = GatePolicy(max_accuracy_drop=10, min_agreement=0)
+    informational = gate(loose, metrics, tmp_path, predictions)
+    ci = by_name(informational)["delta_ci95_low_pts"]
+    assert informational.passed and ci.verdict == "not_applicable" and ci.measured is not None
+    record = json.loads((tmp_path / "gate.json").read_text())
+    assert record["delta_interval"]["low_pts"] == ci.measured and record["delta_interval"]["resamples"] == 2000
+
+    # The point estimate stays within the drop, but the interval's lower bound does not.
+    drop = metrics["fp32_top1_pct"] - metrics["int8_top1_pct"]
+    strict = loose.model_copy(update={"max_accuracy_drop": drop + 0.01, "require_ci_within_drop": True})
+    decision = gate(strict, metrics, tmp_path, predictions)
+    assert by_name(decision)["accuracy_drop_pts"].passed
+    assert not decision.passed and [c.name for c in decision.failed] == ["delta_ci95_low_pts"]
+
+    required_without_predictions = decide(strict, metrics)
+    assert by_name(required_without_predictions)["delta_ci95_low_pts"].measured is None
+    assert not required_without_predictions.passed
+
+
+def test_predictions_that_do_not_reproduce_the_metrics_are_stale(tmp_path):
+    labels, fp32, int8 = paired_predictions(150, 0.05, 0.02)
+    predictions = save_predictions(tmp_path, labels, fp32, int8)
+    metrics = {**metrics_of(labels, fp32, int8), "int8_top1_pct": 99.9}
+    decision = gate(GatePolicy(max_accuracy_drop=100, min_agreement=0), metrics, tmp_path, predictions)
+    assert not decision.passed
+    assert "int8_top1_pct 99.9000 does not match the stored predictions" in by_name(decision)["stale_evidence"].note

@@ -76,3 +76,24 @@ def test_nan_in_every_image_skips_every_step_and_fails_at_once(stage_dirs, tmp_p
 def test_non_finite_weights_are_an_error():
     with pytest.raises(TrainingDiverged, match=r"non-finite weights in \['b'\] \(learning_rate=0.1\)"):
         _check_finite({"a": np.zeros(2, np.float32), "b": np.array([1.0, np.inf], np.float32)}, 0.1)
+
+
+def test_training_scalars_are_readable_by_visualdl(stage_dirs):
+    from visualdl import LogReader
+
+    with open(stage_dirs.train / "steps.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    logs = sorted((stage_dirs.train / "vdl").iterdir())
+    assert [log.name for log in logs] == ["vdlrecords.train.log"]
+    reader = LogReader(file_path=str(logs[0]))
+    assert set(reader.get_tags()["scalar"]) == {
+        "train/loss", "train/learning_rate", "train/loss_scale", "train/grad_norm", "train/skipped_steps_total",
+        "train/samples_per_second"}
+    steps = [int(row["step"]) for row in rows]
+    for tag, column in (("train/loss", "loss"), ("train/loss_scale", "loss_scale"), ("train/grad_norm", "grad_norm")):
+        records = reader.get_data("scalar", tag)
+        assert [record.id for record in records] == steps
+        # VisualDL stores float32.
+        assert np.allclose([record.value for record in records], [float(row[column]) for row in rows], rtol=1e-6)
+    throughput = reader.get_data("scalar", "train/samples_per_second")
+    assert [record.id for record in throughput] == steps and all(record.value > 0 for record in throughput)

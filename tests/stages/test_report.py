@@ -1,0 +1,40 @@
+import struct
+
+from quantgate.config import GatePolicy
+from quantgate.stages.gate import ReleaseBaseline, gate
+from quantgate.stages.report import report
+
+
+def png_size(path) -> tuple[int, int]:
+    """Width and height from a PNG's IHDR chunk, after checking the signature."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_report_shows_fp32_vs_int8_the_gate_and_where_it_lives(stage_dirs, tmp_path):
+    evaluation = stage_dirs.results["evaluate"].metrics
+    gate_dir, out = tmp_path / "gate", tmp_path / "report"
+    gate_dir.mkdir(), out.mkdir()
+    decision = gate(GatePolicy(max_release_regression=0.0), evaluation, gate_dir,
+                    stage_dirs.evaluate / "predictions.npz", ReleaseBaseline("v1", 100.0))
+    where = {"version": "/store/digits-cnn/versions/v7"}
+    result = report("digits-cnn v7", evaluation, decision.as_dict(), stage_dirs.results["train"].metrics,
+                    stage_dirs.train / "steps.csv", where, out)
+
+    text = (out / result.report_file).read_text()
+    assert text.startswith("# digits-cnn v7: gate FAILED")
+    interval = decision.evidence["delta_interval"]
+    assert f"{evaluation['fp32_top1_pct']:.2f} % | {evaluation['int8_top1_pct']:.2f} %" in text
+    assert f"95 % CI [{interval['low_pts']:+.2f}, {interval['high_pts']:+.2f}]" in text
+    assert f"{evaluation['agreement']:.4f} of test samples" in text
+    assert f"{evaluation['latency_ms_p50_fp32']:.3f} / {evaluation['latency_ms_p90_fp32']:.3f}" in text
+    assert "| release_regression_pts |" in text and "| **FAIL** | vs release v1" in text
+    assert "| accuracy_drop_pts |" in text and "| 9 |" in text  # per-class rows for all ten digits
+    assert "- version: `/store/digits-cnn/versions/v7`" in text
+    assert "![Training loss and loss scale per step](training.png)" in text
+
+    for name in result.plot_files:
+        width, height = png_size(out / name)
+        assert 600 <= width <= 1200 and 400 <= height <= 900
+        assert (out / name).stat().st_size > 10_000  # real drawings, not empty canvases
