@@ -16,7 +16,9 @@ def quantgate(*args: str, home: Path, timeout: int = 600) -> subprocess.Complete
     beside_python = Path(sys.executable).parent / "quantgate"
     executable = str(beside_python) if beside_python.exists() else shutil.which("quantgate")
     assert executable, "the quantgate console script is not installed (pip install -e .)"
-    env = {**os.environ, "PREFECT_HOME": str(home / "prefect"), "HOME": str(home)}
+    env = {**os.environ, "PREFECT_HOME": str(home / "prefect"), "HOME": str(home),
+           # The embedded server's 20 s default is too short on a loaded 2-core CI machine.
+           "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}
     env.pop("PREFECT_API_URL", None)  # the embedded temporary server, as on a fresh machine
     return subprocess.run([executable, *args], capture_output=True, text=True, env=env, timeout=timeout)
 
