@@ -22,6 +22,7 @@ from .aliases import aliases_by_version, read_alias, write_alias
 from .audit import AUDIT_FILE, append_line, current_actor, locked_log, read_log
 from .checkpoints import CheckpointRef, CheckpointWriter, checkpoint_folder, committed_checkpoints, verify_checkpoint_files
 from .decisions import append_decision, read_decisions
+from .lineage import walk_lineage
 from .errors import ArtifactCorrupt, ArtifactError, ArtifactExists, ArtifactNotFound, StoreNotWritable
 from .manifest import MANIFEST_NAME, canonical_json, sha256_bytes, to_json_safe, utc_now, write_new_file
 from .names import NAME_PATTERN, VERSION_PATTERN, StageRef, VersionInfo, VersionRef
@@ -409,26 +410,8 @@ class ArtifactStore:
         Walks the inputs recorded in each manifest, transitively: each must still be committed
         with the manifest digest that was recorded, and its files must re-hash to that manifest.
         """
-        problems, seen, pending = [], set(), [ref]
-        while pending:
-            current = pending.pop()
-            try:
-                manifest = self.read_manifest(current)
-            except ArtifactError as exc:
-                problems.append(str(exc))
-                continue
-            for name, recorded in sorted(manifest.get("inputs", {}).items()):
-                try:
-                    model, version, stage = recorded["model"], recorded["version"], recorded["stage"]
-                    input_ref = StageRef(model, version, stage, str(self._stage_dir(StageRef(model, version, stage, "", ""))),
-                                         recorded["manifest_sha256"])
-                except (ArtifactError, KeyError, TypeError) as exc:
-                    problems.append(f"stage {current.stage!r} of {current.version} records an unusable input {name!r} ({exc})")
-                    continue
-                if input_ref not in seen:
-                    seen.add(input_ref)
-                    pending.append(input_ref)
-        return problems
+        return walk_lineage(ref, self.read_manifest, lambda model, version, stage: self._stage_dir(
+            StageRef(model, version, stage, "", "")))
 
     # -- internals --------------------------------------------------------------------------
 

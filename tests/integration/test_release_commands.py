@@ -124,6 +124,25 @@ def test_a_changed_input_makes_the_evidence_stale(store, capsys):
         os.chmod(onnx, 0o444)
 
 
+def test_a_release_that_cannot_be_verified_fails_the_regression_criterion(store, capsys):
+    released = store.alias(MODEL, "release")
+    manifest = store.root / MODEL / "versions" / released / "evaluate" / "manifest.json"
+    original = manifest.read_bytes()
+    os.chmod(manifest, 0o644)
+    manifest.write_bytes(original.replace(b'"int8_top1_pct": ', b'"int8_top1_pct": 1'))
+    try:
+        baseline = release_baseline(store, MODEL)
+        assert baseline.version == released and baseline.int8_top1_pct is None
+        assert "changed after it was committed" in baseline.problem
+        other = "v3" if released != "v3" else "v1"
+        assert quantgate(store, "gate", other, "--set", "gate.max_release_regression=100") == 1
+        out = capsys.readouterr().out
+        assert f"release_regression_pts = missing pts (must be <= 100) FAILED: release {released}'s INT8 top-1 is unusable" in out
+    finally:
+        manifest.write_bytes(original)
+        os.chmod(manifest, 0o444)
+
+
 def test_bad_input_exits_2_and_the_log_shows_every_move(store, capsys):
     assert quantgate(store, "gate", "v9") == 2
     assert "no version v9" in capsys.readouterr().err
