@@ -23,7 +23,7 @@ from quantgate.stages.evaluate import evaluate
 from quantgate.stages.export import MODEL_FILE, PARAMS_FILE, export
 from quantgate.flows.evidence import gate_evidence, release_baseline
 from quantgate.stages.gate import ReleaseBaseline, gate
-from quantgate.stages.report import report
+from quantgate.stages.report import PER_CLASS_PLOT, REPORT_FILE, TRAINING_PLOT, report
 from quantgate.stages.quantize import quantize
 from quantgate.stages.training_scalars import VISUALDL_DIR
 from quantgate.stages.train import ARCHITECTURE, REFERENCE_LOGITS_FILE, STEPS_FILE, WEIGHTS_FILE, train
@@ -171,7 +171,8 @@ def report_task(store_root: str, version: VersionRef, trained: StageRef, evaluat
     version_dir = Path(version.path)
     where = {
         "version": str(version_dir),
-        "report": str(version_dir / "report"),
+        "report": str(version_dir / "report" / REPORT_FILE),
+        "plots": ", ".join(str(version_dir / "report" / name) for name in (TRAINING_PLOT, PER_CLASS_PLOT)),
         "VisualDL": f"visualdl --logdir {version_dir / trained.stage / VISUALDL_DIR}",
     }
     return run_stage(

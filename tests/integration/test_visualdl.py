@@ -34,16 +34,16 @@ def fetch_scalars(port: int, logdir: Path, tag: str, deadline: float) -> list:
 def test_the_visualdl_server_shows_loss_and_samples_per_second(stage_dirs, tmp_path):
     logdir = stage_dirs.train / "vdl"
     port = free_port()
-    server = subprocess.Popen([str(Path(sys.executable).parent / "visualdl"), "--logdir", str(logdir),
-                               "--host", "127.0.0.1", "--port", str(port)],
-                              stdout=open(tmp_path / "visualdl.log", "w"), stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 90
-        loss = fetch_scalars(port, logdir, "train/loss", deadline)
-        throughput = fetch_scalars(port, logdir, "train/samples_per_second", deadline)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    with open(tmp_path / "visualdl.log", "w") as server_log:
+        server = subprocess.Popen([str(Path(sys.executable).parent / "visualdl"), "--logdir", str(logdir),
+                                   "--host", "127.0.0.1", "--port", str(port)], stdout=server_log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 90
+            loss = fetch_scalars(port, logdir, "train/loss", deadline)
+            throughput = fetch_scalars(port, logdir, "train/samples_per_second", deadline)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
     with open(stage_dirs.train / "steps.csv") as handle:
         rows = list(csv.DictReader(handle))
     # Each point is [wall time ms, step, value].

@@ -4,7 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from quantgate.config import GatePolicy
+from quantgate.config import GatePolicy, validate_config
+from quantgate.errors import ConfigError
 from quantgate.stages.gate import ReleaseBaseline, decide, gate, paired_bootstrap_delta
 
 GOOD = {"fp32_top1_pct": 97.5, "int8_top1_pct": 97.0, "agreement": 0.99}
@@ -136,3 +137,10 @@ def test_predictions_that_do_not_reproduce_the_metrics_are_stale(tmp_path):
     decision = gate(GatePolicy(max_accuracy_drop=100, min_agreement=0), metrics, tmp_path, predictions)
     assert not decision.passed
     assert "int8_top1_pct 99.9000 does not match the stored predictions" in by_name(decision)["stale_evidence"].note
+
+
+def test_new_policy_fields_are_validated_with_the_rest():
+    with pytest.raises(ConfigError) as caught:
+        validate_config({"gate": {"bootstrap_resamples": 10, "max_release_regression": -1, "require_ci_within_drop": "maybe"}})
+    assert [problem.split(":")[0] for problem in caught.value.problems] == [
+        "gate.max_release_regression", "gate.require_ci_within_drop", "gate.bootstrap_resamples"]
