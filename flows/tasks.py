@@ -17,16 +17,16 @@ from prefect.cache_policies import NO_CACHE
 
 from quantgate.artifacts import ArtifactStore, CheckpointRef, StageRef, VersionRef
 from quantgate.config import DataConfig, EvaluateConfig, GatePolicy, QuantizeConfig, TrainConfig
+from quantgate.flows.evidence import gate_evidence, release_baseline
 from quantgate.stages.convert import FP32_FILE, INT8_FILE, OPSET, convert
 from quantgate.stages.data import SPLITS_FILE, prepare_data
 from quantgate.stages.evaluate import evaluate
 from quantgate.stages.export import MODEL_FILE, PARAMS_FILE, export
-from quantgate.flows.evidence import gate_evidence, release_baseline
 from quantgate.stages.gate import ReleaseBaseline, gate
-from quantgate.stages.report import PER_CLASS_PLOT, REPORT_FILE, TRAINING_PLOT, report
 from quantgate.stages.quantize import quantize
-from quantgate.stages.training_scalars import VISUALDL_DIR
+from quantgate.stages.report import PER_CLASS_PLOT, REPORT_FILE, TRAINING_PLOT, report
 from quantgate.stages.train import ARCHITECTURE, REFERENCE_LOGITS_FILE, STEPS_FILE, WEIGHTS_FILE, train
+from quantgate.stages.training_scalars import VISUALDL_DIR
 
 STAGE_TASK = {"retries": 0, "cache_policy": NO_CACHE}
 

@@ -132,7 +132,7 @@ def gate_verdict(store, ref) -> tuple[bool, str]:
 def command_gate(args: argparse.Namespace) -> int:
     from quantgate.artifacts import ArtifactError
     from quantgate.flows.evidence import gate_evidence, release_baseline
-    from quantgate.stages.gate import GATE_FILE, Criterion, gate
+    from quantgate.stages.gate import GATE_FILE, gate
 
     store, model = _open(args)
     ref = _version(store, model, args.version)
