@@ -93,7 +93,13 @@ def resolve_policy(base: dict, policy_file: Path | None, overrides: list[str]):
     raw = {"gate": {key: value for key, value in base.items()}}
     if policy_file:
         loaded = read_yaml(policy_file)
-        raw["gate"].update(loaded["gate"] if set(loaded) == {"gate"} and isinstance(loaded["gate"], dict) else loaded)
+        if "gate" in loaded:  # a pipeline config file: only its gate section can apply to a stored version
+            others = sorted(set(loaded) - {"gate"})
+            if others or not isinstance(loaded["gate"], dict):
+                raise ConfigError([f"policy file {policy_file}: {key}: does not apply when deciding again; keep only "
+                                   "the gate section (or gate settings at the top level)" for key in others or ["gate"]])
+            loaded = loaded["gate"]
+        raw["gate"].update(loaded)
     outside = [item for item in overrides if not item.strip().startswith("gate.")]
     if outside:
         raise ConfigError([f"override {item!r}: only gate.* settings can change when deciding again "

@@ -143,7 +143,8 @@ def test_a_release_that_cannot_be_verified_fails_the_regression_criterion(store,
         os.chmod(manifest, 0o444)
 
 
-def test_bad_input_exits_2_and_the_log_shows_every_move(store, capsys):
+def test_bad_input_exits_2_and_the_log_shows_every_move(store, tmp_path, capsys):
+    decided = len(store.decisions(store.version(MODEL, "v1")))
     assert quantgate(store, "gate", "v9") == 2
     assert "no version v9" in capsys.readouterr().err
     assert quantgate(store, "gate", "v1", "--set", "gate.min_agreement=2", "--set", "train.epochs=1") == 2
@@ -151,6 +152,11 @@ def test_bad_input_exits_2_and_the_log_shows_every_move(store, capsys):
     assert "train.epochs=1" in err and "only gate.* settings" in err
     assert quantgate(store, "gate", "v1", "--set", "gate.min_agreement=2") == 2
     assert "gate.min_agreement" in capsys.readouterr().err
+    pipeline_file = tmp_path / "release.yaml"
+    pipeline_file.write_text("train:\n  epochs: 3\ngate:\n  min_agreement: 0.9\n")
+    assert quantgate(store, "gate", "v1", "--policy", str(pipeline_file)) == 2
+    assert "train: does not apply when deciding again" in capsys.readouterr().err
+    assert len(store.decisions(store.version(MODEL, "v1"))) == decided  # refused before deciding anything
 
     assert quantgate(store, "log", "--json") == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
