@@ -88,8 +88,13 @@ def test_bootstrap_interval_contains_the_delta_is_seeded_and_narrows_with_more_s
     assert small.low_pts <= small.delta_pts <= small.high_pts and small.low_pts < small.high_pts
     assert paired_bootstrap_delta(*paired_predictions(200, 0.05, 0.04), resamples=2000, seed=0) == small
     assert paired_bootstrap_delta(*paired_predictions(200, 0.05, 0.04), resamples=2000, seed=1) != small
-    large = paired_bootstrap_delta(*paired_predictions(5000, 0.05, 0.04), resamples=2000, seed=0)
+    labels, fp32, int8 = paired_predictions(5000, 0.05, 0.04)
+    large = paired_bootstrap_delta(labels, fp32, int8, resamples=2000, seed=0)
     assert large.high_pts - large.low_pts < (small.high_pts - small.low_pts) / 3
+    # With many samples the percentile interval approaches the normal one: mean +- 1.96 standard errors.
+    per_sample = 100 * ((int8 == labels).astype(float) - (fp32 == labels).astype(float))
+    half_width = 1.96 * per_sample.std(ddof=1) / np.sqrt(len(per_sample))
+    assert (large.high_pts - large.low_pts) / 2 == pytest.approx(half_width, rel=0.1)
     # Identical predictions: every resample has delta 0.
     labels, fp32, _ = paired_predictions(100, 0.1, 0)
     same = paired_bootstrap_delta(labels, fp32, fp32, resamples=500, seed=0)
