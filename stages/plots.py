@@ -47,12 +47,17 @@ def training_plot(steps_csv: Path, out_file: Path, title: str) -> None:
     figure.suptitle(title, fontsize=11)
 
     scale = steps["loss_scale"]
-    scale_axes.step(steps["step"], scale, where="post", color=INT8_COLOR, linewidth=1.5)
+    scale_axes.step(steps["step"], scale, where="post", color=INT8_COLOR, linewidth=1.5, label="loss scale")
+    if "skipped" in steps and steps["skipped"].any():  # updates skipped for inf/NaN gradients
+        skipped = steps["skipped"] > 0
+        scale_axes.plot(steps["step"][skipped], scale[skipped], "x", color="#C44E52", markersize=6,
+                        label=f"skipped step ({int(skipped.sum())})")
+        scale_axes.legend(loc="lower left", fontsize=8)
     scale_axes.set_yscale("log", base=2)
     low, high = scale.min(), scale.max()
-    if low == high:  # a constant scale: give the log axis a visible range around it
-        scale_axes.set_ylim(low / 4, high * 4)
-        note = "constant: GradScaler disabled" if low == 1.0 else "constant"
+    scale_axes.set_ylim(low / 4, high * 4)  # room around the line on the log axis, also when it is constant
+    if low == high:
+        note = "constant: no loss scaling" if low == 1.0 else "constant"
         scale_axes.text(0.99, 0.9, f"loss scale {low:g} ({note})", transform=scale_axes.transAxes,
                         ha="right", va="top", fontsize=9, color="0.3")
     scale_axes.set_ylabel("loss scale")

@@ -76,6 +76,15 @@ def _per_class_table(evaluation: dict) -> list[str]:
     return lines
 
 
+def _scaler_lines(scaler: dict | None) -> list[str]:
+    if not scaler:
+        return []
+    return [f"- loss scale {_num(scaler.get('initial_scale'), 'g')} -> {_num(scaler.get('final_scale'), 'g')} "
+            f"(min {_num(scaler.get('min_scale'), 'g')}), {scaler.get('skipped_steps', 'n/a')} of "
+            f"{scaler.get('steps', 'n/a')} steps skipped for inf/NaN gradients"
+            f"{'' if scaler.get('scaler_enabled') else ' (GradScaler disabled on this device)'}"]
+
+
 def _training_lines(train_metrics: dict) -> list[str]:
     amp = train_metrics.get("amp", {})
     requested = amp.get("requested", {})
@@ -87,6 +96,7 @@ def _training_lines(train_metrics: dict) -> list[str]:
         f"{_num(train_metrics.get('samples_per_second'), '.0f')} samples/s",
         f"- AMP requested {requested.get('level', 'n/a')}/{requested.get('dtype', 'n/a')}, "
         f"effective: {amp.get('effective', 'n/a')} ({amp.get('reason', 'no record')})",
+        *_scaler_lines(train_metrics.get("scaler")),
         "",
         f"![Training loss and loss scale per step]({TRAINING_PLOT})",
         "",

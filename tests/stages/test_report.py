@@ -33,8 +33,24 @@ def test_report_shows_fp32_vs_int8_the_gate_and_where_it_lives(stage_dirs, tmp_p
     assert "| accuracy_drop_pts |" in text and "| 9 |" in text  # per-class rows for all ten digits
     assert "- version: `/store/digits-cnn/versions/v7`" in text
     assert "![Training loss and loss scale per step](training.png)" in text
+    scaler = stage_dirs.results["train"].metrics["scaler"]
+    assert f"{scaler['skipped_steps']} of {scaler['steps']} steps skipped for inf/NaN gradients" in text
 
     for name in result.plot_files:
         width, height = png_size(out / name)
         assert 600 <= width <= 1200 and 400 <= height <= 900
         assert (out / name).stat().st_size > 10_000  # real drawings, not empty canvases
+
+
+def test_the_training_plot_marks_skipped_steps(tmp_path):
+    from quantgate.stages.plots import training_plot
+
+    steps = tmp_path / "steps.csv"
+    rows = ["step,epoch,loss,loss_scale,skipped"] + [
+        f"{i},{1 + i // 10},{2.0 / i},{32768.0 if i < 5 else 16384.0},{int(i in (4, 5))}" for i in range(1, 21)]
+    steps.write_text("\n".join(rows) + "\n")
+    plain, marked = tmp_path / "plain.png", tmp_path / "marked.png"
+    training_plot(steps, marked, "with skipped steps")
+    steps.write_text("\n".join(row.rsplit(",", 1)[0] for row in rows) + "\n")  # the same without the column
+    training_plot(steps, plain, "with skipped steps")
+    assert png_size(marked) == png_size(plain) and marked.read_bytes() != plain.read_bytes()
