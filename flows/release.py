@@ -33,7 +33,8 @@ def version_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str,
     gate = manifests["gate"]["metrics"]
     evaluation = manifests["evaluate"]["metrics"]
     headline = ("fp32_top1_pct", "int8_top1_pct", "accuracy_delta_pts", "agreement",
-                "latency_ms_p50_fp32", "latency_ms_p50_int8", "model_bytes_fp32", "model_bytes_int8")
+                "latency_ms_p50_fp32", "latency_ms_p50_int8", "speedup_int8_vs_fp32", "model_bytes_fp32",
+                "model_bytes_int8")
     return {
         "status": "passed" if gate["passed"] else "failed",
         "gate": gate,

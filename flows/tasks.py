@@ -18,7 +18,7 @@ from prefect.cache_policies import NO_CACHE
 from quantgate.artifacts import ArtifactStore, CheckpointRef, StageRef, VersionRef
 from quantgate.config import DataConfig, EvaluateConfig, GatePolicy, QuantizeConfig, TrainConfig
 from quantgate.flows.evidence import gate_evidence, release_baseline
-from quantgate.stages.convert import FP32_FILE, INT8_FILE, OPSET, convert
+from quantgate.stages.convert import FP32_FILE, INT8_FILE, OPSET, PADDLE2ONNX_INT8_FILE, convert
 from quantgate.stages.data import SPLITS_FILE, prepare_data
 from quantgate.stages.evaluate import evaluate
 from quantgate.stages.export import MODEL_FILE, PARAMS_FILE, export
@@ -124,7 +124,7 @@ def quantize_task(
 
 @task(name="convert", **STAGE_TASK)
 def convert_task(store_root: str, version: VersionRef, exported: StageRef, quantized: StageRef) -> StageRef:
-    """paddle2onnx for both models."""
+    """paddle2onnx for both models, then INT8 lowered to onnxruntime's integer kernels."""
     return run_stage(
         store_root, version, "convert", {"opset": OPSET}, {"export": exported, "quantize": quantized},
         lambda dirs, out: convert(dirs["export"], dirs["quantize"], MODEL_FILE, PARAMS_FILE, out),
@@ -139,7 +139,8 @@ def evaluate_task(
     return run_stage(
         store_root, version, "evaluate", config.model_dump(mode="json"), {"convert": converted, "data": data},
         lambda dirs, out: evaluate(
-            config, dirs["convert"] / FP32_FILE, dirs["convert"] / INT8_FILE, dirs["data"] / SPLITS_FILE, out
+            config, dirs["convert"] / FP32_FILE, dirs["convert"] / INT8_FILE, dirs["data"] / SPLITS_FILE, out,
+            paddle2onnx_int8_onnx=dirs["convert"] / PADDLE2ONNX_INT8_FILE,
         ),
     )
 

@@ -89,6 +89,9 @@ class QuantizeConfig(Section):
     weight_quantize_type: Literal["channel_wise_abs_max", "abs_max"] = Field(
         "channel_wise_abs_max", description="Per-channel or per-tensor weight scales."
     )
+    skip_tensors: tuple[str, ...] = Field(
+        (), description="Weight names (e.g. 'conv2d_0.w_0') whose layers PaddleSlim leaves in float."
+    )
 
 
 class EvaluateConfig(Section):
@@ -120,6 +123,10 @@ class GatePolicy(Section):
         2000, ge=100, le=100_000, description="Paired bootstrap resamples of the test set for the delta's interval."
     )
     bootstrap_seed: int = Field(0, ge=0, description="Seed of the bootstrap resampling, so the interval is reproducible.")
+    min_speedup: float = Field(
+        1.0, ge=0, description="Smallest allowed INT8 speedup over FP32 (FP32 / INT8 median latency in onnxruntime); "
+        "1 fails an INT8 model slower than FP32, 0 disables the check."
+    )
 
 
 class PipelineConfig(Section):

@@ -37,17 +37,23 @@ def predict(model: ort.InferenceSession, images: np.ndarray, batch_size: int) ->
     return np.concatenate(logits)
 
 
-def latency_ms(model: ort.InferenceSession, batch: np.ndarray, repeats: int) -> dict[str, float]:
-    """Median and 90th percentile wall time of one call on `batch`, after warm-up."""
-    name = model.get_inputs()[0].name
-    for _ in range(WARMUP_RUNS):
-        model.run(None, {name: batch})
-    timings = []
+def latency_ms(models: dict[str, ort.InferenceSession], batch: np.ndarray, repeats: int) -> dict[str, dict[str, float]]:
+    """Per model: median, 10th and 90th percentile wall time of one call on `batch`, after warm-up.
+
+    The models take turns call by call, so a burst of load from other processes hits them alike.
+    """
+    feeds = {name: {model.get_inputs()[0].name: batch} for name, model in models.items()}
+    for name, model in models.items():
+        for _ in range(WARMUP_RUNS):
+            model.run(None, feeds[name])
+    timings: dict[str, list[float]] = {name: [] for name in models}
     for _ in range(repeats):
-        started = time.perf_counter()
-        model.run(None, {name: batch})
-        timings.append((time.perf_counter() - started) * 1e3)
-    return {"p50": float(np.median(timings)), "p90": float(np.percentile(timings, 90))}
+        for name, model in models.items():
+            started = time.perf_counter()
+            model.run(None, feeds[name])
+            timings[name].append((time.perf_counter() - started) * 1e3)
+    return {name: {"p10": float(np.percentile(values, 10)), "p50": float(np.median(values)),
+                   "p90": float(np.percentile(values, 90))} for name, values in timings.items()}
 
 
 def per_class_top1(labels: np.ndarray, predicted: np.ndarray, num_classes: int) -> list[float]:
@@ -55,20 +61,29 @@ def per_class_top1(labels: np.ndarray, predicted: np.ndarray, num_classes: int) 
             for k in range(num_classes)]
 
 
-def evaluate(config: EvaluateConfig, fp32_onnx: Path, int8_onnx: Path, splits_path: Path, out_dir: Path) -> EvaluateResult:
-    """Top-1 of both models, their agreement, per-class accuracy, latency per batch and file sizes."""
+def evaluate(
+    config: EvaluateConfig, fp32_onnx: Path, int8_onnx: Path, splits_path: Path, out_dir: Path,
+    paddle2onnx_int8_onnx: Path | None = None,
+) -> EvaluateResult:
+    """Top-1 of both models, their agreement, per-class accuracy, latency per batch, speedup and sizes.
+
+    `paddle2onnx_int8_onnx`, when given, is paddle2onnx's own INT8 model (the same PaddleSlim scales
+    before lowering): its accuracy, agreement and latency are reported beside, for comparison.
+    """
     splits = load_splits(splits_path)
     images, labels = splits.x_test, splits.y_test
-    fp32, int8 = session(fp32_onnx, config.threads), session(int8_onnx, config.threads)
-    fp32_logits = predict(fp32, images, config.batch_size)
-    int8_logits = predict(int8, images, config.batch_size)
-    fp32_pred, int8_pred = fp32_logits.argmax(axis=1), int8_logits.argmax(axis=1)
+    models = {"fp32": session(fp32_onnx, config.threads), "int8": session(int8_onnx, config.threads)}
+    if paddle2onnx_int8_onnx is not None:
+        models["paddle2onnx_int8"] = session(paddle2onnx_int8_onnx, config.threads)
+    logits = {name: predict(model, images, config.batch_size) for name, model in models.items()}
+    predicted = {name: values.argmax(axis=1) for name, values in logits.items()}
+    fp32_logits, int8_logits = logits["fp32"], logits["int8"]
+    fp32_pred, int8_pred = predicted["fp32"], predicted["int8"]
     np.savez(Path(out_dir) / PREDICTIONS_FILE, labels=labels, fp32_pred=fp32_pred, int8_pred=int8_pred,
              fp32_logits=fp32_logits, int8_logits=int8_logits)
 
     batch = images[: config.batch_size]
-    fp32_latency = latency_ms(fp32, batch, config.latency_repeats)
-    int8_latency = latency_ms(int8, batch, config.latency_repeats)
+    latency = latency_ms(models, batch, config.latency_repeats)
     fp32_top1 = float(100.0 * np.mean(fp32_pred == labels))
     int8_top1 = float(100.0 * np.mean(int8_pred == labels))
     fp32_bytes, int8_bytes = Path(fp32_onnx).stat().st_size, Path(int8_onnx).stat().st_size
@@ -84,14 +99,19 @@ def evaluate(config: EvaluateConfig, fp32_onnx: Path, int8_onnx: Path, splits_pa
         "latency_batch_size": int(len(batch)),
         "latency_repeats": config.latency_repeats,
         "ort_threads": config.threads,
-        "latency_ms_p50_fp32": fp32_latency["p50"],
-        "latency_ms_p90_fp32": fp32_latency["p90"],
-        "latency_ms_p50_int8": int8_latency["p50"],
-        "latency_ms_p90_int8": int8_latency["p90"],
-        "speedup_int8_vs_fp32": fp32_latency["p50"] / int8_latency["p50"],
+        **{f"latency_ms_{stat}_{name}": value for name, stats in latency.items() for stat, value in stats.items()},
+        "speedup_int8_vs_fp32": latency["fp32"]["p50"] / latency["int8"]["p50"],
         "model_bytes_fp32": fp32_bytes,
         "model_bytes_int8": int8_bytes,
         "size_ratio_int8_vs_fp32": int8_bytes / fp32_bytes,
         "onnxruntime": ort.__version__,
     }
+    if paddle2onnx_int8_onnx is not None:
+        reference = predicted["paddle2onnx_int8"]
+        metrics.update({
+            "paddle2onnx_int8_top1_pct": float(100.0 * np.mean(reference == labels)),
+            "agreement_int8_vs_paddle2onnx_int8": float(np.mean(int8_pred == reference)),
+            "speedup_paddle2onnx_int8_vs_fp32": latency["fp32"]["p50"] / latency["paddle2onnx_int8"]["p50"],
+            "model_bytes_paddle2onnx_int8": Path(paddle2onnx_int8_onnx).stat().st_size,
+        })
     return EvaluateResult(PREDICTIONS_FILE, metrics)

@@ -157,6 +157,13 @@ def _interval(policy: GatePolicy, interval: DeltaInterval | None) -> Criterion:
                       "" if interval is not None else "no paired predictions to bootstrap")
 
 
+def _speedup_note(metrics: dict) -> str:
+    fp32_ms, int8_ms = _number(metrics, "latency_ms_p50_fp32"), _number(metrics, "latency_ms_p50_int8")
+    if fp32_ms is None or int8_ms is None:
+        return ""
+    return f"median {fp32_ms:.3g} ms FP32 / {int8_ms:.3g} ms INT8 per call"
+
+
 def decide(policy: GatePolicy, metrics: dict, interval: DeltaInterval | None = None,
            release: ReleaseBaseline | None = None, stale: tuple[str, ...] = ()) -> GateDecision:
     """Apply `policy` to the evaluation metrics, the delta's interval, the release baseline and staleness."""
@@ -169,6 +176,8 @@ def decide(policy: GatePolicy, metrics: dict, interval: DeltaInterval | None = N
         _interval(policy, interval),
         _regression(policy, int8, release),
         _criterion("stale_evidence", float(len(stale)), 0, "<=", "problems", "; ".join(stale)),
+        _criterion("speedup", _number(metrics, "speedup_int8_vs_fp32"), policy.min_speedup, ">=", "x",
+                   _speedup_note(metrics)),
     )
     evidence = {
         "delta_interval": None if interval is None else asdict(interval),

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import paddle
 from paddleslim.quant import quant_post_static
 
@@ -45,12 +46,23 @@ def calibration_batches(samples: int, config: QuantizeConfig) -> int:
 def quantize(
     config: QuantizeConfig, model_dir: Path, model_file: str, params_file: str, splits_path: Path, out_dir: Path
 ) -> QuantizeResult:
-    """Run PaddleSlim `quant_post_static` on the exported FP32 model (ONNX-style quantize_linear ops).
+    """Run PaddleSlim `quant_post_static` on the exported FP32 model, calibrated on the calibration split.
 
     Raises:
         QuantizationError: the calibration split is too small for the requested batches.
     """
     images = load_splits(splits_path).x_calibration
+    return quantize_with_images(config, model_dir, model_file, params_file, images, out_dir)
+
+
+def quantize_with_images(
+    config: QuantizeConfig, model_dir: Path, model_file: str, params_file: str, images: np.ndarray, out_dir: Path
+) -> QuantizeResult:
+    """Run PaddleSlim `quant_post_static` (ONNX-style quantize_linear ops) calibrated on `images`.
+
+    Raises:
+        QuantizationError: `images` is too small for the requested batches, or nothing was quantized.
+    """
     batches = calibration_batches(len(images), config)
 
     with static_mode():
@@ -77,6 +89,7 @@ def quantize(
                 algo=config.algo,
                 hist_percent=config.hist_percent,
                 weight_quantize_type=config.weight_quantize_type,
+                skip_tensor_list=list(config.skip_tensors) or None,
                 onnx_format=True,
             )
         int8 = load_program(Path(out_dir) / Path(MODEL_FILE).stem)

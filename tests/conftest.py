@@ -14,8 +14,10 @@ os.environ.pop("QUANTGATE_STORE", None)
 import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle loads)
 from quantgate.config import PipelineConfig, validate_config  # noqa: E402
 
-# Few epochs keep the suite fast; digits still reaches >90 % top-1 with them.
-TINY = {"train": {"epochs": 3}, "evaluate": {"latency_repeats": 3}}
+# Few epochs keep the suite fast; digits still reaches >90 % top-1 with them. The 8x8 digits CNN
+# is too small for INT8 kernels to beat FP32 (see README), so tests of everything else switch the
+# speed floor off; tests/stages/test_gate.py checks it.
+TINY = {"train": {"epochs": 3}, "evaluate": {"latency_repeats": 3}, "gate": {"min_speedup": 0.0}}
 
 
 def tiny_config(**sections) -> PipelineConfig:
@@ -75,6 +77,7 @@ def stage_dirs(tmp_path_factory) -> StageDirs:
         dirs["export"], dirs["quantize"], "model.pdmodel", "model.pdiparams", dirs["convert"]
     )
     results["evaluate"] = evaluate.evaluate(
-        config.evaluate, dirs["convert"] / "fp32.onnx", dirs["convert"] / "int8.onnx", splits, dirs["evaluate"]
+        config.evaluate, dirs["convert"] / "fp32.onnx", dirs["convert"] / "int8.onnx", splits, dirs["evaluate"],
+        paddle2onnx_int8_onnx=dirs["convert"] / "int8_paddle2onnx.onnx",
     )
     return StageDirs(config=config, results=results, **dirs)

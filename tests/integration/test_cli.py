@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-TINY_RUN = ["--epochs", "3", "--set", "evaluate.latency_repeats=3"]
+TINY_RUN = ["--epochs", "3", "--set", "evaluate.latency_repeats=3", "--set", "gate.min_speedup=0"]
 
 
 def quantgate(*args: str, home: Path, timeout: int = 600) -> subprocess.CompletedProcess:

@@ -23,3 +23,12 @@ def test_latency_and_size_are_measured(stage_dirs):
         assert 0 < metrics[f"latency_ms_p50_{model}"] <= metrics[f"latency_ms_p90_{model}"]
         assert metrics[f"model_bytes_{model}"] == (stage_dirs.convert / f"{model}.onnx").stat().st_size
     assert metrics["ort_threads"] == 2 and metrics["latency_batch_size"] == 64
+
+
+def test_speedup_and_size_ratio_come_from_the_measured_latencies_and_files(stage_dirs):
+    metrics = stage_dirs.results["evaluate"].metrics
+    assert metrics["speedup_int8_vs_fp32"] == metrics["latency_ms_p50_fp32"] / metrics["latency_ms_p50_int8"]
+    assert metrics["size_ratio_int8_vs_fp32"] == metrics["model_bytes_int8"] / metrics["model_bytes_fp32"] < 1
+    assert metrics["model_bytes_paddle2onnx_int8"] > metrics["model_bytes_int8"]
+    for model in ("fp32", "int8", "paddle2onnx_int8"):
+        assert metrics[f"latency_ms_p10_{model}"] <= metrics[f"latency_ms_p50_{model}"] <= metrics[f"latency_ms_p90_{model}"]

@@ -8,7 +8,7 @@ from quantgate.config import GatePolicy, validate_config
 from quantgate.errors import ConfigError
 from quantgate.stages.gate import ReleaseBaseline, decide, gate, paired_bootstrap_delta
 
-GOOD = {"fp32_top1_pct": 97.5, "int8_top1_pct": 97.0, "agreement": 0.99}
+GOOD = {"fp32_top1_pct": 97.5, "int8_top1_pct": 97.0, "agreement": 0.99, "speedup_int8_vs_fp32": 1.8}
 
 
 def by_name(decision) -> dict:
@@ -22,7 +22,7 @@ def test_a_model_within_policy_passes(tmp_path):
     assert record["passed"] is True and record["policy"]["max_accuracy_drop"] == 1.0
     assert {c["name"] for c in record["criteria"]} == {
         "accuracy_drop_pts", "agreement", "int8_top1_pct", "delta_ci95_low_pts", "release_regression_pts",
-        "stale_evidence"}
+        "stale_evidence", "speedup"}
     for criterion in record["criteria"]:  # the shape later criteria (e.g. speed-up) share
         assert {"name", "measured", "threshold", "comparison", "unit", "passed", "verdict", "note"} <= set(criterion)
 
@@ -109,7 +109,7 @@ def save_predictions(folder, labels, fp32, int8):
 
 def metrics_of(labels, fp32, int8) -> dict:
     return {"fp32_top1_pct": 100 * float(np.mean(fp32 == labels)), "int8_top1_pct": 100 * float(np.mean(int8 == labels)),
-            "agreement": float(np.mean(fp32 == int8))}
+            "agreement": float(np.mean(fp32 == int8)), "speedup_int8_vs_fp32": 1.5}
 
 
 def test_the_interval_can_be_required_to_stay_above_minus_max_drop(tmp_path):
@@ -149,3 +149,27 @@ def test_new_policy_fields_are_validated_with_the_rest():
         validate_config({"gate": {"bootstrap_resamples": 10, "max_release_regression": -1, "require_ci_within_drop": "maybe"}})
     assert [problem.split(":")[0] for problem in caught.value.problems] == [
         "gate.max_release_regression", "gate.require_ci_within_drop", "gate.bootstrap_resamples"]
+
+
+def test_an_int8_model_slower_than_fp32_fails_the_default_policy():
+    assert GatePolicy().min_speedup == 1.0
+    slower = decide(GatePolicy(), {**GOOD, "speedup_int8_vs_fp32": 0.45})
+    assert not slower.passed
+    assert [criterion.describe() for criterion in slower.failed] == ["speedup = 0.45 x (must be >= 1) FAILED"]
+    assert decide(GatePolicy(), {**GOOD, "speedup_int8_vs_fp32": 2.6}).passed
+
+
+def test_a_missing_or_nan_speedup_fails_even_with_the_floor_off():
+    without = {key: value for key, value in GOOD.items() if key != "speedup_int8_vs_fp32"}
+    for broken in ({**GOOD, "speedup_int8_vs_fp32": math.nan}, without, {**GOOD, "speedup_int8_vs_fp32": None}):
+        decision = decide(GatePolicy(min_speedup=0.0), broken)
+        assert [criterion.name for criterion in decision.failed] == ["speedup"]
+
+
+def test_the_gate_judges_the_speedup_the_evaluation_measured(stage_dirs, tmp_path):
+    metrics = stage_dirs.results["evaluate"].metrics
+    assert metrics["speedup_int8_vs_fp32"] == metrics["latency_ms_p50_fp32"] / metrics["latency_ms_p50_int8"]
+    # No onnxruntime model runs 1000x faster than its FP32 twin: the measured value must fail this floor.
+    decision = gate(GatePolicy(max_accuracy_drop=100, min_agreement=0, min_speedup=1000), metrics, tmp_path)
+    assert [criterion.name for criterion in decision.failed] == ["speedup"]
+    assert decision.failed[0].measured == metrics["speedup_int8_vs_fp32"]

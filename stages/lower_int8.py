@@ -1,0 +1,353 @@
+"""Lower paddle2onnx's INT8 model into the form onnxruntime runs with integer kernels.
+
+paddle2onnx writes PaddleSlim's decisions as QuantizeLinear/DequantizeLinear pairs around float
+weights, with int8 activations. On x86 onnxruntime fuses int8-activation convolutions only
+partly and keeps every weight float, so that model is slower than FP32 and just as large.
+
+The lowering keeps PaddleSlim the only source of quantization decisions (which tensors, their
+scales, per-channel weight scales) and lets onnxruntime's own quantizer re-encode them:
+
+1. read every Q/DQ pair of the paddle2onnx model: the tensor it quantizes and PaddleSlim's scale;
+2. remove the pairs, leaving the float graph PaddleSlim calibrated (BatchNorm already folded);
+3. run `onnxruntime.quantization.quantize_static` (QDQ format) on that graph, restricted to the
+   nodes PaddleSlim quantized, with every scale given as a tensor override: weights int8
+   (per channel where Paddle was), activations uint8 with zero point 128, which is an exact
+   shift of Paddle's symmetric int8 (q_u8 = q_s8 + 128 over the same [-128, 127] range).
+
+The calibration ranges handed to the quantizer list only PaddleSlim's tensors, so the quantizer
+raises rather than invent a scale for a tensor PaddleSlim did not quantize.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import numpy_helper
+from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+from onnxruntime.quantization.calibrate import TensorsData, save_tensors_data
+
+from quantgate.stages.errors import ConversionError
+
+UINT8_ZERO_POINT = 128  # Paddle's symmetric int8, shifted into the uint8 range x86 kernels are fastest on
+INTEGER_OPS = ("QLinearConv", "QLinearMatMul", "QGemm", "ConvInteger", "MatMulInteger", "MatMulIntegerToFloat",
+               "DynamicQuantizeMatMul", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearGlobalAveragePool",
+               "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "QLinearReduceMean")
+COMPUTE_OPS = ("Conv", "MatMul", "Gemm")
+
+
+@dataclass(frozen=True)
+class PaddleQuantization:
+    """What PaddleSlim decided, read off paddle2onnx's Q/DQ pairs."""
+
+    float_model: onnx.ModelProto
+    activation_scales: dict[str, float]
+    weight_scales: dict[str, tuple[np.ndarray, int | None]]  # name -> (scales, channel axis or None)
+    quantized_nodes: tuple[str, ...]  # nodes whose inputs PaddleSlim quantized
+    float_nodes_with_quantized_inputs: tuple[str, ...]  # ... that the lowering leaves in float
+
+
+def _constants_to_initializers(graph: onnx.GraphProto) -> None:
+    """paddle2onnx emits weights as Constant nodes; the quantizer quantizes initializers only."""
+    kept = []
+    for node in graph.node:
+        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(node.attribute[0].t)
+            tensor.name = node.output[0]
+            graph.initializer.append(tensor)
+        else:
+            kept.append(node)
+    del graph.node[:]
+    graph.node.extend(kept)
+
+
+def _name_nodes(graph: onnx.GraphProto) -> None:
+    """nodes_to_quantize selects by name; paddle2onnx leaves most nodes unnamed."""
+    used = {node.name for node in graph.node if node.name}
+    for index, node in enumerate(graph.node):
+        if not node.name:
+            name = f"{node.op_type}_{index}"
+            while name in used:
+                name += "_"
+            node.name = name
+            used.add(name)
+
+
+def read_paddle_quantization(raw: onnx.ModelProto) -> PaddleQuantization:
+    """Separate paddle2onnx's INT8 model into its float graph and PaddleSlim's scales.
+
+    Raises:
+        ConversionError: a Q/DQ pattern this lowering does not understand (it never guesses).
+    """
+    model = onnx.ModelProto()
+    model.CopyFrom(raw)
+    graph = model.graph
+    _constants_to_initializers(graph)
+    _name_nodes(graph)
+    initializers = {init.name: init for init in graph.initializer}
+    array = lambda name: numpy_helper.to_array(initializers[name])  # noqa: E731
+    producers = {output: node for node in graph.node for output in node.output}
+
+    def qparams(node: onnx.NodeProto) -> tuple[np.ndarray, np.ndarray, int]:
+        scale = array(node.input[1]).astype(np.float32)
+        zero_point = array(node.input[2]) if len(node.input) > 2 else np.zeros((), np.uint8)
+        axis = next((attr.i for attr in node.attribute if attr.name == "axis"), 1)
+        return scale, zero_point, axis
+
+    replace: dict[str, str] = {}  # DQ output -> float tensor it stands for
+    activation_scales: dict[str, float] = {}
+    weight_scales: dict[str, tuple[np.ndarray, int | None]] = {}
+    new_initializers: list[onnx.TensorProto] = []
+    for node in graph.node:
+        if node.op_type != "DequantizeLinear":
+            continue
+        scale, zero_point, axis = qparams(node)
+        source = producers.get(node.input[0])
+        if source is not None and source.op_type == "QuantizeLinear":
+            tensor = source.input[0]
+            if np.any(zero_point != 0) or zero_point.dtype != np.int8:
+                raise ConversionError(
+                    f"paddle2onnx quantized {tensor!r} with a {zero_point.dtype} zero point {zero_point.ravel()[:4]}; "
+                    "the lowering expects PaddleSlim's symmetric int8 (zero point 0)"
+                )
+            if tensor in initializers:
+                weight_scales[tensor] = (scale.ravel(), axis if scale.size > 1 else None)
+            elif scale.size == 1:
+                activation_scales[tensor] = float(scale)
+            else:
+                raise ConversionError(f"activation {tensor!r} has per-channel scales; only weights may")
+            replace[node.output[0]] = tensor
+        elif node.input[0] in initializers:
+            # A pre-quantized constant (paddle2onnx writes biases as int32 + scale): keep its float value;
+            # the quantizer re-derives the int32 bias from the input and weight scales, as Paddle did.
+            values = (array(node.input[0]).astype(np.float64) - zero_point.astype(np.float64)) * scale
+            if scale.size > 1:
+                shape = [1] * values.ndim
+                shape[axis] = -1
+                values = (array(node.input[0]).astype(np.float64)
+                          - zero_point.astype(np.float64).reshape(shape)) * scale.reshape(shape)
+            float_name = f"{node.output[0]}.float"
+            new_initializers.append(numpy_helper.from_array(values.astype(np.float32), float_name))
+            replace[node.output[0]] = float_name
+        else:
+            raise ConversionError(f"DequantizeLinear {node.name!r} reads {node.input[0]!r}, which is neither a "
+                                  "QuantizeLinear output nor a constant; the lowering does not understand this graph")
+
+    quantized_inputs = {node.name for node in graph.node
+                        if node.op_type not in ("QuantizeLinear", "DequantizeLinear")
+                        and any(name in replace for name in node.input)}
+    kept = [node for node in graph.node if node.op_type not in ("QuantizeLinear", "DequantizeLinear")]
+    for node in kept:
+        for index, name in enumerate(node.input):
+            node.input[index] = replace.get(name, name)
+    for output in graph.output:
+        if output.name in replace:
+            raise ConversionError(f"graph output {output.name!r} is a DequantizeLinear output; not supported")
+    del graph.node[:]
+    graph.node.extend(kept)
+    graph.initializer.extend(new_initializers)
+    _drop_unused_initializers(graph)
+
+    known = set(activation_scales) | set(weight_scales) | {init.name for init in graph.initializer}
+    lowered, left_float = [], []
+    for node in kept:
+        if node.name not in quantized_inputs:
+            continue
+        # Every input and output the quantizer will touch must carry a PaddleSlim scale (or be a
+        # constant); a compute node whose output PaddleSlim left float stays float as a whole.
+        outputs_scaled = all(output in activation_scales for output in node.output)
+        inputs_scaled = all(name in known for name in node.input if name)
+        if inputs_scaled and (outputs_scaled or node.op_type in SAME_SCALE_OPS):
+            lowered.append(node.name)
+        else:
+            left_float.append(node.name)
+    return PaddleQuantization(model, activation_scales, weight_scales, tuple(lowered), tuple(left_float))
+
+
+# onnxruntime quantizes these ops' outputs with their input's parameters, so they need no scale of their own.
+SAME_SCALE_OPS = ("MaxPool", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Split", "TopK")
+
+
+def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
+    used = {name for node in graph.node for name in node.input} | {output.name for output in graph.output}
+    kept = [init for init in graph.initializer if init.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+
+
+def _per_tensor(quant_type: QuantType, scale: float, zero_point: int) -> dict:
+    dtype = np.uint8 if quant_type == QuantType.QUInt8 else np.int8
+    return {"quant_type": quant_type, "scale": np.array(scale, np.float32), "zero_point": np.array(zero_point, dtype)}
+
+
+def folded_activations(quantization: PaddleQuantization) -> dict[str, str]:
+    """ReLU/ReLU6 nodes that the quantization itself can apply: activation output -> its input.
+
+    PaddleSlim quantizes a ReLU's output on [-T, T] (T = 127 x scale), so half its codes are never
+    used. Encoded as uint8 with zero point 0 on [0, T] (scale T/255), the quantization clips at 0
+    and T exactly as the ReLU and Paddle's saturation did, with a grid twice as fine; onnxruntime
+    then drops the ReLU and fuses Conv/Add+ReLU into one integer op, as Paddle Inference's oneDNN
+    INT8 fuses conv+relu. A Clip qualifies only when it is a ReLU6 whose upper bound lies at or
+    above T (so clipping at T is what Paddle's saturation already did).
+    """
+    graph = quantization.float_model.graph
+    constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    consumers = Counter(name for node in graph.node for name in node.input)
+    outputs = {output.name for output in graph.output}
+    lowered = set(quantization.quantized_nodes)
+    folded = {}
+    for node in graph.node:
+        output = node.output[0] if node.output else ""
+        if (node.name not in lowered or output not in quantization.activation_scales
+                or consumers[node.input[0]] != 1 or node.input[0] in outputs):
+            continue
+        threshold = 127 * quantization.activation_scales[output]
+        if node.op_type == "Clip":
+            bounds = [constants.get(name) for name in node.input[1:3]]
+            if len(bounds) != 2 or any(bound is None for bound in bounds):
+                continue
+            if not (float(bounds[0]) == 0.0 and float(bounds[1]) >= threshold):
+                continue
+        elif node.op_type != "Relu":
+            continue
+        folded[output] = node.input[0]
+    return folded
+
+
+def tensor_overrides(quantization: PaddleQuantization, fold_activations: bool) -> dict[str, list[dict]]:
+    """PaddleSlim's scales in onnxruntime's TensorQuantOverrides form."""
+    overrides = {name: [_per_tensor(QuantType.QUInt8, scale, UINT8_ZERO_POINT)]
+                 for name, scale in quantization.activation_scales.items()}
+    if fold_activations:
+        for output, activation_input in folded_activations(quantization).items():
+            scale = 127 * quantization.activation_scales[output] / 255
+            overrides[output] = overrides[activation_input] = [_per_tensor(QuantType.QUInt8, scale, 0)]
+    for name, (scales, axis) in quantization.weight_scales.items():
+        if axis is None:
+            overrides[name] = [_per_tensor(QuantType.QInt8, scales[0], 0)]
+        else:
+            overrides[name] = [{**_per_tensor(QuantType.QInt8, scale, 0), "axis": axis} for scale in scales]
+    return overrides
+
+
+def integer_op_counts(model: onnx.ModelProto) -> dict:
+    """Counts a reader needs to see that a model runs integer kernels: ops and integer weights."""
+    ops = Counter(node.op_type for node in model.graph.node)
+    constants = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    for node in model.graph.node:  # paddle2onnx keeps weights in Constant nodes
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    zero_points = {node.input[2] for node in model.graph.node
+                   if node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) > 2}
+    int8 = [values for name, values in constants.items()
+            if values.dtype in (np.int8, np.uint8) and values.size > 1 and name not in zero_points]
+    initializers = list(constants.values())
+    return {
+        "ops": dict(sorted(ops.items())),
+        "integer_ops": sum(ops.get(op, 0) for op in INTEGER_OPS),
+        "quantize_linear": ops.get("QuantizeLinear", 0),
+        "dequantize_linear": ops.get("DequantizeLinear", 0),
+        "int8_initializers": len(int8),
+        "int8_weight_values": int(sum(values.size for values in int8)),
+        "float_weight_values": int(sum(values.size for values in initializers if values.dtype == np.float32)),
+    }
+
+
+def runtime_op_counts(onnx_file: Path) -> dict:
+    """The same counts on the graph onnxruntime actually runs (after its QDQ fusions, CPU provider)."""
+    with tempfile.TemporaryDirectory(prefix="quantgate-ort-") as scratch:
+        optimized = Path(scratch) / "optimized.onnx"
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.optimized_model_filepath = str(optimized)
+        options.intra_op_num_threads = 1
+        options.log_severity_level = 3  # it warns that the saved graph is hardware specific; that is the point
+        ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
+        counts = integer_op_counts(onnx.load(str(optimized)))
+    return {key: counts[key] for key in ("ops", "integer_ops", "quantize_linear", "dequantize_linear")}
+
+
+@dataclass(frozen=True)
+class LoweringResult:
+    metrics: dict
+
+
+def lower_int8(raw_int8_onnx: Path, out_onnx: Path, fold_activations: bool = True) -> LoweringResult:
+    """Re-encode paddle2onnx's INT8 model (PaddleSlim's scales) as uint8/int8 QDQ onnxruntime fuses.
+
+    With `fold_activations=False` every activation is Paddle's int8 shifted by 128 and the model
+    reproduces paddle2onnx's arithmetic; with `fold_activations=True` (default) a ReLU/ReLU6 after a
+    quantized op is applied by that op's output quantization (see `folded_activations`): one
+    rounding instead of two and no float ReLU between integer ops, which is what lets Conv+ReLU
+    chains run at integer speed.
+
+    Raises:
+        ConversionError: the model's Q/DQ pattern is not understood, or onnxruntime's quantizer
+            needed a scale PaddleSlim did not provide, or the result fails onnx.checker.
+    """
+    raw = onnx.load(str(raw_int8_onnx))
+    quantization = read_paddle_quantization(raw)
+    node_types = {node.name: node.op_type for node in quantization.float_model.graph.node}
+    folded = set(folded_activations(quantization)) if fold_activations else set()
+    nodes = [name for name, node in ((node.name, node) for node in quantization.float_model.graph.node)
+             if name in set(quantization.quantized_nodes)
+             # onnxruntime drops any quantized Clip; keep those whose bound is not a quantization bound
+             and not (fold_activations and node.op_type == "Clip" and node.output[0] not in folded)]
+    if not nodes:
+        raise ConversionError(f"{Path(raw_int8_onnx).name} has no node PaddleSlim quantized; nothing to lower")
+    ranges = TensorsData(CalibrationMethod.MinMax, {
+        # Only PaddleSlim's tensors: the quantizer fails on any other instead of calibrating it itself.
+        # The range is informational; the override's scale and zero point are what is used.
+        name: (np.float32(-128 * scale), np.float32(127 * scale))
+        for name, scale in quantization.activation_scales.items()
+    })
+    with tempfile.TemporaryDirectory(prefix="quantgate-lower-") as scratch:
+        float_path, cache = Path(scratch) / "paddle_float.onnx", Path(scratch) / "paddle_ranges.json"
+        onnx.save(quantization.float_model, str(float_path))
+        save_tensors_data(ranges, cache)
+        quantizer_log = logging.getLogger()
+        level = quantizer_log.level
+        quantizer_log.setLevel(logging.ERROR)  # the quantizer warns about pre-processing we do not need
+        try:
+            quantize_static(
+                str(float_path), str(out_onnx), calibration_data_reader=None, calibration_cache_path=str(cache),
+                quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                per_channel=True, nodes_to_quantize=nodes,
+                op_types_to_quantize=sorted({node_types[name] for name in nodes}),
+                extra_options={
+                    "TensorQuantOverrides": tensor_overrides(quantization, fold_activations),
+                    # onnxruntime drops a ReLU only when asked and when its output's zero point is 0
+                    "ActivationSymmetric": not fold_activations,
+                    "QDQKeepRemovableActivations": not fold_activations,
+                    "QDQDisableWeightAdjustForInt32Bias": True,  # keep Paddle's weight scales exactly
+                },
+            )
+        except (ValueError, KeyError) as exc:
+            raise ConversionError(f"onnxruntime could not lower {Path(raw_int8_onnx).name} with PaddleSlim's "
+                                  f"scales: {exc}") from exc
+        finally:
+            quantizer_log.setLevel(level)
+    lowered = onnx.load(str(out_onnx))
+    try:
+        onnx.checker.check_model(lowered, full_check=True)
+    except onnx.checker.ValidationError as exc:
+        raise ConversionError(f"the lowered INT8 model fails onnx.checker: {exc}") from exc
+    return LoweringResult(metrics={
+        "bytes": Path(out_onnx).stat().st_size,
+        "paddle_quantized_nodes": len(quantization.quantized_nodes),
+        "folded_activations": len(folded),
+        "float_nodes_with_quantized_inputs": list(quantization.float_nodes_with_quantized_inputs),
+        "paddle_activation_scales": len(quantization.activation_scales),
+        "paddle_weight_scales": len(quantization.weight_scales),
+        "per_channel_weights": sum(axis is not None for _, axis in quantization.weight_scales.values()),
+        "activation_encoding": f"uint8, zero point {UINT8_ZERO_POINT} (Paddle's symmetric int8 + 128); "
+                               "ReLU/ReLU6 outputs folded: uint8, zero point 0, scale 127/255 x Paddle's",
+        **integer_op_counts(lowered),
+    })

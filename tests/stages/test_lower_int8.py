@@ -1,0 +1,78 @@
+"""The lowered INT8 model: integer weights and kernels, PaddleSlim's scales, paddle2onnx's predictions."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+from quantgate.config import QuantizeConfig
+from quantgate.stages.convert import convert
+from quantgate.stages.data import load_splits
+from quantgate.stages.lower_int8 import lower_int8, read_paddle_quantization, runtime_op_counts
+from quantgate.stages.quantize import quantize
+
+
+def run(onnx_file, images):
+    model = ort.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
+    return model.run(None, {model.get_inputs()[0].name: images})[0]
+
+
+def test_weights_are_int8_initializers_with_paddleslims_per_channel_scales(stage_dirs):
+    lowered = onnx.load(str(stage_dirs.convert / "int8.onnx"))
+    paddle = read_paddle_quantization(onnx.load(str(stage_dirs.convert / "int8_paddle2onnx.onnx")))
+    initializers = {init.name: numpy_helper.to_array(init) for init in lowered.graph.initializer}
+    weight_dqs = [node for node in lowered.graph.node
+                  if node.op_type == "DequantizeLinear" and initializers.get(node.input[0]) is not None
+                  and initializers[node.input[0]].dtype == np.int8 and initializers[node.input[0]].ndim == 4]
+    assert len(weight_dqs) == 2  # both convolutions' weights, stored as int8
+    for node in weight_dqs:
+        weight = node.input[0].removesuffix("_quantized")
+        paddle_scales, axis = paddle.weight_scales[weight]
+        assert axis == 0 and paddle_scales.size == initializers[node.input[0]].shape[0] > 1  # per output channel
+        assert np.array_equal(initializers[node.input[1]], paddle_scales)  # PaddleSlim's scales, bit for bit
+    assert not any(values.dtype == np.float32 and values.ndim == 4 for values in initializers.values())
+
+
+def test_onnxruntime_runs_every_quantized_convolution_as_an_integer_kernel(stage_dirs):
+    metrics = stage_dirs.results["convert"].metrics
+    lowered = metrics["int8"]["after_onnxruntime_optimization"]["ops"]
+    assert lowered.get("QLinearConv") == metrics["fp32"]["ops"]["Conv"] == 2
+    assert "Conv" not in lowered and "Relu" not in lowered  # ReLUs folded into the integer convolutions
+    assert runtime_op_counts(stage_dirs.convert / "int8.onnx")["ops"] == lowered
+    assert metrics["int8"]["int8_initializers"] >= 2
+    assert metrics["int8"]["bytes"] < metrics["int8_paddle2onnx"]["bytes"]
+    assert metrics["int8"]["bytes"] == (stage_dirs.convert / "int8.onnx").stat().st_size
+
+
+def test_lowered_model_predicts_like_paddle2onnx_int8_on_the_test_split(stage_dirs):
+    metrics = stage_dirs.results["evaluate"].metrics
+    assert metrics["agreement_int8_vs_paddle2onnx_int8"] >= 0.99
+    assert abs(metrics["int8_top1_pct"] - metrics["paddle2onnx_int8_top1_pct"]) <= 0.5
+
+
+def test_without_folding_the_lowering_reproduces_paddle2onnx_arithmetic(stage_dirs, tmp_path):
+    images = load_splits(stage_dirs.splits).x_test
+    metrics = lower_int8(stage_dirs.convert / "int8_paddle2onnx.onnx", tmp_path / "exact.onnx",
+                         fold_activations=False).metrics
+    assert metrics["folded_activations"] == 0
+    exact, reference = run(tmp_path / "exact.onnx", images), run(stage_dirs.convert / "int8_paddle2onnx.onnx", images)
+    # Same scales, uint8 = int8 + 128: integer kernels requantize with their own rounding, nothing more.
+    assert np.array_equal(exact.argmax(axis=1), reference.argmax(axis=1))
+    assert np.abs(exact - reference).max() <= 0.05 * np.abs(reference).max()
+
+
+def test_a_layer_paddleslim_left_float_still_converts_and_runs(stage_dirs, tmp_path):
+    fp32_graph = onnx.load(str(stage_dirs.convert / "fp32.onnx")).graph
+    first_conv_weight = next(node.input[1] for node in fp32_graph.node if node.op_type == "Conv")
+    (tmp_path / "quantize").mkdir()
+    (tmp_path / "convert").mkdir()
+    quantize(QuantizeConfig(batch_nums=2, skip_tensors=(first_conv_weight,)), stage_dirs.export,
+             "model.pdmodel", "model.pdiparams", stage_dirs.splits, tmp_path / "quantize")
+    result = convert(stage_dirs.export, tmp_path / "quantize", "model.pdmodel", "model.pdiparams", tmp_path / "convert")
+    runtime = result.metrics["int8"]["after_onnxruntime_optimization"]["ops"]
+    assert runtime.get("QLinearConv") == 1 and runtime.get("Conv", 0) + runtime.get("FusedConv", 0) == 1
+    assert runtime.get("MatMul") == 1  # paddle2onnx 1.3.1 drops the linear layer's quantization: it stays float
+    images = load_splits(stage_dirs.splits).x_test
+    lowered, fp32 = run(tmp_path / "convert" / "int8.onnx", images), run(tmp_path / "convert" / "fp32.onnx", images)
+    assert np.mean(lowered.argmax(axis=1) == fp32.argmax(axis=1)) >= 0.95
