@@ -40,20 +40,22 @@ def predict(model: ort.InferenceSession, images: np.ndarray, batch_size: int) ->
 def latency_ms(models: dict[str, ort.InferenceSession], batch: np.ndarray, repeats: int) -> dict[str, dict[str, float]]:
     """Per model: median, 10th and 90th percentile wall time of one call on `batch`, after warm-up.
 
-    The models take turns call by call, so a burst of load from other processes hits them alike.
+    Each model is timed in its own block: interleaving calls would time one session while the
+    other's worker threads still spin-wait on the same cores.
     """
-    feeds = {name: {model.get_inputs()[0].name: batch} for name, model in models.items()}
+    stats = {}
     for name, model in models.items():
+        feed = {model.get_inputs()[0].name: batch}
         for _ in range(WARMUP_RUNS):
-            model.run(None, feeds[name])
-    timings: dict[str, list[float]] = {name: [] for name in models}
-    for _ in range(repeats):
-        for name, model in models.items():
+            model.run(None, feed)
+        timings = []
+        for _ in range(repeats):
             started = time.perf_counter()
-            model.run(None, feeds[name])
-            timings[name].append((time.perf_counter() - started) * 1e3)
-    return {name: {"p10": float(np.percentile(values, 10)), "p50": float(np.median(values)),
-                   "p90": float(np.percentile(values, 90))} for name, values in timings.items()}
+            model.run(None, feed)
+            timings.append((time.perf_counter() - started) * 1e3)
+        stats[name] = {"p10": float(np.percentile(timings, 10)), "p50": float(np.median(timings)),
+                       "p90": float(np.percentile(timings, 90))}
+    return stats
 
 
 def per_class_top1(labels: np.ndarray, predicted: np.ndarray, num_classes: int) -> list[float]:
