@@ -111,7 +111,8 @@ def build_models(work: Workload, quantize_config: QuantizeConfig) -> dict[str, d
                                      work.calibration, folder / "int8")
     to_onnx(folder / "fp32" / "model.pdmodel", folder / "fp32" / "model.pdiparams", folder / "fp32.onnx")
     to_onnx(folder / "int8" / "model.pdmodel", folder / "int8" / "model.pdiparams", folder / "paddle2onnx_int8.onnx")
-    lowering = lower_int8(folder / "paddle2onnx_int8.onnx", folder / "quantgate_int8.onnx").metrics
+    lowering = lower_int8(folder / "paddle2onnx_int8.onnx", folder / "quantgate_int8.onnx",
+                          paddle_model_prefix=folder / "int8" / "model").metrics
     quant_pre_process(str(folder / "fp32.onnx"), str(folder / "fp32_pre.onnx"), skip_symbolic_shape=True)
     quantize_static(str(folder / "fp32_pre.onnx"), str(folder / "ort_quantize_static.onnx"),
                     Reader(work.calibration, quantize_config.batch_size), quant_format=QuantFormat.QDQ,

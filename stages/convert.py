@@ -61,7 +61,8 @@ def convert(fp32_dir: Path, int8_dir: Path, model_file: str, params_file: str, o
     out_dir = Path(out_dir)
     fp32 = to_onnx(Path(fp32_dir) / model_file, Path(fp32_dir) / params_file, out_dir / FP32_FILE)
     raw = to_onnx(Path(int8_dir) / model_file, Path(int8_dir) / params_file, out_dir / PADDLE2ONNX_INT8_FILE)
-    lowered = lower_int8(out_dir / PADDLE2ONNX_INT8_FILE, out_dir / INT8_FILE).metrics
+    lowered = lower_int8(out_dir / PADDLE2ONNX_INT8_FILE, out_dir / INT8_FILE,
+                         paddle_model_prefix=Path(int8_dir) / Path(model_file).stem).metrics
     runtime = {name: runtime_op_counts(out_dir / file)
                for name, file in (("fp32", FP32_FILE), ("int8_paddle2onnx", PADDLE2ONNX_INT8_FILE), ("int8", INT8_FILE))}
     metrics = {

@@ -29,17 +29,20 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+import paddle
 from onnx import numpy_helper
 from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.calibrate import TensorsData, save_tensors_data
 
 from quantgate.stages.errors import ConversionError
+from quantgate.stages.static_graph import load_program, static_mode
 
 UINT8_ZERO_POINT = 128  # Paddle's symmetric int8, shifted into the uint8 range x86 kernels are fastest on
 INTEGER_OPS = ("QLinearConv", "QLinearMatMul", "QGemm", "ConvInteger", "MatMulInteger", "MatMulIntegerToFloat",
                "DynamicQuantizeMatMul", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearGlobalAveragePool",
                "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "QLinearReduceMean")
-COMPUTE_OPS = ("Conv", "MatMul", "Gemm")
+# onnxruntime quantizes these ops' outputs with their input's parameters, so they need no scale of their own.
+SAME_SCALE_OPS = ("MaxPool", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Split", "TopK")
 
 
 @dataclass(frozen=True)
@@ -80,8 +83,11 @@ def _name_nodes(graph: onnx.GraphProto) -> None:
             used.add(name)
 
 
-def read_paddle_quantization(raw: onnx.ModelProto) -> PaddleQuantization:
+def read_paddle_quantization(raw: onnx.ModelProto, program_scales: dict | None = None) -> PaddleQuantization:
     """Separate paddle2onnx's INT8 model into its float graph and PaddleSlim's scales.
+
+    `program_scales` (from `paddle_program_scales`) restores the scales of MatMul/Gemm layers that
+    PaddleSlim quantized but paddle2onnx converted without their Q/DQ pairs.
 
     Raises:
         ConversionError: a Q/DQ pattern this lowering does not understand (it never guesses).
@@ -127,12 +133,13 @@ def read_paddle_quantization(raw: onnx.ModelProto) -> PaddleQuantization:
         elif node.input[0] in initializers:
             # A pre-quantized constant (paddle2onnx writes biases as int32 + scale): keep its float value;
             # the quantizer re-derives the int32 bias from the input and weight scales, as Paddle did.
-            values = (array(node.input[0]).astype(np.float64) - zero_point.astype(np.float64)) * scale
-            if scale.size > 1:
-                shape = [1] * values.ndim
+            quantized, zero_point, scale = (array(node.input[0]).astype(np.float64),
+                                            zero_point.astype(np.float64), scale.astype(np.float64))
+            if scale.size > 1:  # per channel along `axis`
+                shape = [1] * quantized.ndim
                 shape[axis] = -1
-                values = (array(node.input[0]).astype(np.float64)
-                          - zero_point.astype(np.float64).reshape(shape)) * scale.reshape(shape)
+                zero_point, scale = zero_point.reshape(shape), scale.reshape(shape)
+            values = (quantized - zero_point) * scale
             float_name = f"{node.output[0]}.float"
             new_initializers.append(numpy_helper.from_array(values.astype(np.float32), float_name))
             replace[node.output[0]] = float_name
@@ -155,6 +162,18 @@ def read_paddle_quantization(raw: onnx.ModelProto) -> PaddleQuantization:
     graph.initializer.extend(new_initializers)
     _drop_unused_initializers(graph)
 
+    for node in kept if program_scales else ():
+        if node.op_type not in ("MatMul", "Gemm") or node.name in quantized_inputs:
+            continue
+        activation, weight, output = node.input[0], node.input[1], node.output[0]
+        if weight in initializers and all(name in program_scales for name in (activation, weight, output)):
+            # Only tensors around a linear layer: BatchNorm folding never renames or rescales them.
+            scales, axis = program_scales[weight]
+            weight_scales[weight] = (scales, axis if scales.size > 1 else None)
+            activation_scales.setdefault(activation, float(program_scales[activation][0][0]))
+            activation_scales.setdefault(output, float(program_scales[output][0][0]))
+            quantized_inputs.add(node.name)
+
     known = set(activation_scales) | set(weight_scales) | {init.name for init in graph.initializer}
     lowered, left_float = [], []
     for node in kept:
@@ -171,8 +190,40 @@ def read_paddle_quantization(raw: onnx.ModelProto) -> PaddleQuantization:
     return PaddleQuantization(model, activation_scales, weight_scales, tuple(lowered), tuple(left_float))
 
 
-# onnxruntime quantizes these ops' outputs with their input's parameters, so they need no scale of their own.
-SAME_SCALE_OPS = ("MaxPool", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Split", "TopK")
+def paddle_program_scales(model_prefix: Path) -> dict[str, tuple[np.ndarray, int | None]]:
+    """PaddleSlim's scales as stored in its quantized program, in ONNX terms (scale / 127 per step).
+
+    Paddle's dequantize_linear keeps the clipping threshold T: q = round(x / T * 127).
+    Raises:
+        ConversionError: the program is not a PaddleSlim 8-bit model.
+    """
+    scales = {}
+    with static_mode():
+        program = load_program(Path(model_prefix))
+        with paddle.static.scope_guard(program.scope):
+            for op in program.program.global_block().ops:
+                if op.type != "dequantize_linear":
+                    continue
+                if op.attr("bit_length") != 8:
+                    raise ConversionError(f"{op.input('X')[0]} is quantized to {op.attr('bit_length')} bits, not 8")
+                threshold = np.array(program.scope.find_var(op.input("Scale")[0]).get_tensor(), dtype=np.float32)
+                axis = op.attr("quant_axis")
+                name = op.input("X")[0].removesuffix(".quantized")
+                scales[name] = ((threshold / 127).ravel(), axis if axis >= 0 else None)
+    return scales
+
+
+def _drop_zero_bias_zero_points(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The quantizer stores an all-zero int32 zero point per bias channel; 0 is the default, so drop it."""
+    graph = model.graph
+    initializers = {init.name: init for init in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "DequantizeLinear" and len(node.input) == 3 and node.input[2] in initializers:
+            zero_point = initializers[node.input[2]]
+            if zero_point.data_type == onnx.TensorProto.INT32 and not numpy_helper.to_array(zero_point).any():
+                del node.input[2]
+    _drop_unused_initializers(graph)
+    return model
 
 
 def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
@@ -180,6 +231,27 @@ def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
     kept = [init for init in graph.initializer if init.name in used]
     del graph.initializer[:]
     graph.initializer.extend(kept)
+
+
+def float_output_op_types(quantization: PaddleQuantization, nodes: list[str]) -> list[str]:
+    """Linear-layer op types whose outputs feed no lowered node (e.g. the classifier's logits).
+
+    Quantizing such an output only rounds it before float ops (bias, softmax): left float, the layer
+    runs as onnxruntime's MatMulIntegerToFloat, still an integer kernel. Decided per op type, as
+    onnxruntime's option is, and only when it holds for every node of that type.
+    """
+    graph = quantization.float_model.graph
+    lowered = set(nodes)
+    consumers: dict[str, set[str]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, set()).add(node.name)
+    types = []
+    for op_type in ("MatMul", "Gemm"):
+        layers = [node for node in graph.node if node.op_type == op_type and node.name in lowered]
+        if layers and not any(consumers.get(node.output[0], set()) & lowered for node in layers):
+            types.append(op_type)
+    return types
 
 
 def _per_tensor(quant_type: QuantType, scale: float, zero_point: int) -> dict:
@@ -279,21 +351,25 @@ class LoweringResult:
     metrics: dict
 
 
-def lower_int8(raw_int8_onnx: Path, out_onnx: Path, fold_activations: bool = True) -> LoweringResult:
+def lower_int8(
+    raw_int8_onnx: Path, out_onnx: Path, fold_activations: bool = True, paddle_model_prefix: Path | None = None
+) -> LoweringResult:
     """Re-encode paddle2onnx's INT8 model (PaddleSlim's scales) as uint8/int8 QDQ onnxruntime fuses.
 
     With `fold_activations=False` every activation is Paddle's int8 shifted by 128 and the model
     reproduces paddle2onnx's arithmetic; with `fold_activations=True` (default) a ReLU/ReLU6 after a
     quantized op is applied by that op's output quantization (see `folded_activations`): one
     rounding instead of two and no float ReLU between integer ops, which is what lets Conv+ReLU
-    chains run at integer speed.
+    chains run at integer speed. `paddle_model_prefix`, the PaddleSlim model paddle2onnx converted,
+    supplies the scales of linear layers paddle2onnx dropped (see `paddle_program_scales`).
 
     Raises:
         ConversionError: the model's Q/DQ pattern is not understood, or onnxruntime's quantizer
             needed a scale PaddleSlim did not provide, or the result fails onnx.checker.
     """
     raw = onnx.load(str(raw_int8_onnx))
-    quantization = read_paddle_quantization(raw)
+    program_scales = paddle_program_scales(paddle_model_prefix) if paddle_model_prefix is not None else None
+    quantization = read_paddle_quantization(raw, program_scales)
     node_types = {node.name: node.op_type for node in quantization.float_model.graph.node}
     folded = set(folded_activations(quantization)) if fold_activations else set()
     nodes = [name for name, node in ((node.name, node) for node in quantization.float_model.graph.node)
@@ -327,6 +403,7 @@ def lower_int8(raw_int8_onnx: Path, out_onnx: Path, fold_activations: bool = Tru
                     "ActivationSymmetric": not fold_activations,
                     "QDQKeepRemovableActivations": not fold_activations,
                     "QDQDisableWeightAdjustForInt32Bias": True,  # keep Paddle's weight scales exactly
+                    "OpTypesToExcludeOutputQuantization": float_output_op_types(quantization, nodes),
                 },
             )
         except (ValueError, KeyError) as exc:
@@ -334,7 +411,8 @@ def lower_int8(raw_int8_onnx: Path, out_onnx: Path, fold_activations: bool = Tru
                                   f"scales: {exc}") from exc
         finally:
             quantizer_log.setLevel(level)
-    lowered = onnx.load(str(out_onnx))
+    lowered = _drop_zero_bias_zero_points(onnx.load(str(out_onnx)))
+    onnx.save(lowered, str(out_onnx))
     try:
         onnx.checker.check_model(lowered, full_check=True)
     except onnx.checker.ValidationError as exc:

@@ -25,7 +25,7 @@ def test_weights_are_int8_initializers_with_paddleslims_per_channel_scales(stage
     weight_dqs = [node for node in lowered.graph.node
                   if node.op_type == "DequantizeLinear" and initializers.get(node.input[0]) is not None
                   and initializers[node.input[0]].dtype == np.int8 and initializers[node.input[0]].ndim == 4]
-    assert len(weight_dqs) == 2  # both convolutions' weights, stored as int8
+    assert len(weight_dqs) == 2  # both convolutions' weights, stored as int8 (and the linear layer's, 2-D)
     for node in weight_dqs:
         weight = node.input[0].removesuffix("_quantized")
         paddle_scales, axis = paddle.weight_scales[weight]
@@ -38,6 +38,9 @@ def test_onnxruntime_runs_every_quantized_convolution_as_an_integer_kernel(stage
     metrics = stage_dirs.results["convert"].metrics
     lowered = metrics["int8"]["after_onnxruntime_optimization"]["ops"]
     assert lowered.get("QLinearConv") == metrics["fp32"]["ops"]["Conv"] == 2
+    # paddle2onnx drops PaddleSlim's quantization of the linear layer; the lowering restores it from Paddle's program
+    assert metrics["int8_paddle2onnx"]["after_onnxruntime_optimization"]["ops"].get("MatMul") == 1
+    assert lowered.get("MatMulIntegerToFloat") == 1 and "MatMul" not in lowered  # logits stay float
     assert "Conv" not in lowered and "Relu" not in lowered  # ReLUs folded into the integer convolutions
     assert runtime_op_counts(stage_dirs.convert / "int8.onnx")["ops"] == lowered
     assert metrics["int8"]["int8_initializers"] >= 2
@@ -72,7 +75,7 @@ def test_a_layer_paddleslim_left_float_still_converts_and_runs(stage_dirs, tmp_p
     result = convert(stage_dirs.export, tmp_path / "quantize", "model.pdmodel", "model.pdiparams", tmp_path / "convert")
     runtime = result.metrics["int8"]["after_onnxruntime_optimization"]["ops"]
     assert runtime.get("QLinearConv") == 1 and runtime.get("Conv", 0) + runtime.get("FusedConv", 0) == 1
-    assert runtime.get("MatMul") == 1  # paddle2onnx 1.3.1 drops the linear layer's quantization: it stays float
+    assert runtime.get("MatMulIntegerToFloat") == 1
     images = load_splits(stage_dirs.splits).x_test
     lowered, fp32 = run(tmp_path / "convert" / "int8.onnx", images), run(tmp_path / "convert" / "fp32.onnx", images)
     assert np.mean(lowered.argmax(axis=1) == fp32.argmax(axis=1)) >= 0.95
