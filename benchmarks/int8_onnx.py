@@ -43,7 +43,8 @@ from quantgate.stages.convert import to_onnx
 from quantgate.stages.data import load_splits, prepare_data
 from quantgate.stages.evaluate import session
 from quantgate.stages.export import export
-from quantgate.stages.lower_int8 import lower_int8, runtime_op_counts
+from quantgate.stages.lower_int8 import lower_int8
+from quantgate.stages.onnx_ops import runtime_op_counts
 from quantgate.stages.quantize import quantize_with_images
 from quantgate.stages.train import train
 

@@ -12,7 +12,8 @@ import onnx
 import paddle2onnx
 
 from quantgate.stages.errors import ConversionError
-from quantgate.stages.lower_int8 import integer_op_counts, lower_int8, runtime_op_counts
+from quantgate.stages.lower_int8 import lower_int8
+from quantgate.stages.onnx_ops import integer_op_counts, runtime_op_counts
 
 OPSET = 13
 FP32_FILE = "fp32.onnx"

@@ -15,7 +15,10 @@ scales, per-channel weight scales) and lets onnxruntime's own quantizer re-encod
    shift of Paddle's symmetric int8 (q_u8 = q_s8 + 128 over the same [-128, 127] range).
 
 The calibration ranges handed to the quantizer list only PaddleSlim's tensors, so the quantizer
-raises rather than invent a scale for a tensor PaddleSlim did not quantize.
+raises rather than invent a scale for a tensor PaddleSlim did not quantize. Two refinements,
+both documented where they are made: ReLU/ReLU6 after a quantized op are folded into its output
+quantization (`folded_activations`), and linear layers whose Q/DQ paddle2onnx 1.3.1 drops get
+PaddleSlim's scales back from its program (`paddle_program_scales`).
 """
 
 from __future__ import annotations
@@ -28,19 +31,16 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import paddle
 from onnx import numpy_helper
 from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.calibrate import TensorsData, save_tensors_data
 
 from quantgate.stages.errors import ConversionError
+from quantgate.stages.onnx_ops import integer_op_counts
 from quantgate.stages.static_graph import load_program, static_mode
 
 UINT8_ZERO_POINT = 128  # Paddle's symmetric int8, shifted into the uint8 range x86 kernels are fastest on
-INTEGER_OPS = ("QLinearConv", "QLinearMatMul", "QGemm", "ConvInteger", "MatMulInteger", "MatMulIntegerToFloat",
-               "DynamicQuantizeMatMul", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearGlobalAveragePool",
-               "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "QLinearReduceMean")
 # onnxruntime quantizes these ops' outputs with their input's parameters, so they need no scale of their own.
 SAME_SCALE_OPS = ("MaxPool", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Split", "TopK")
 
@@ -307,43 +307,6 @@ def tensor_overrides(quantization: PaddleQuantization, fold_activations: bool) -
         else:
             overrides[name] = [{**_per_tensor(QuantType.QInt8, scale, 0), "axis": axis} for scale in scales]
     return overrides
-
-
-def integer_op_counts(model: onnx.ModelProto) -> dict:
-    """Counts a reader needs to see that a model runs integer kernels: ops and integer weights."""
-    ops = Counter(node.op_type for node in model.graph.node)
-    constants = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
-    for node in model.graph.node:  # paddle2onnx keeps weights in Constant nodes
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    zero_points = {node.input[2] for node in model.graph.node
-                   if node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) > 2}
-    int8 = [values for name, values in constants.items()
-            if values.dtype in (np.int8, np.uint8) and values.size > 1 and name not in zero_points]
-    initializers = list(constants.values())
-    return {
-        "ops": dict(sorted(ops.items())),
-        "integer_ops": sum(ops.get(op, 0) for op in INTEGER_OPS),
-        "quantize_linear": ops.get("QuantizeLinear", 0),
-        "dequantize_linear": ops.get("DequantizeLinear", 0),
-        "int8_initializers": len(int8),
-        "int8_weight_values": int(sum(values.size for values in int8)),
-        "float_weight_values": int(sum(values.size for values in initializers if values.dtype == np.float32)),
-    }
-
-
-def runtime_op_counts(onnx_file: Path) -> dict:
-    """The same counts on the graph onnxruntime actually runs (after its QDQ fusions, CPU provider)."""
-    with tempfile.TemporaryDirectory(prefix="quantgate-ort-") as scratch:
-        optimized = Path(scratch) / "optimized.onnx"
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.optimized_model_filepath = str(optimized)
-        options.intra_op_num_threads = 1
-        options.log_severity_level = 3  # it warns that the saved graph is hardware specific; that is the point
-        ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
-        counts = integer_op_counts(onnx.load(str(optimized)))
-    return {key: counts[key] for key in ("ops", "integer_ops", "quantize_linear", "dequantize_linear")}
 
 
 @dataclass(frozen=True)

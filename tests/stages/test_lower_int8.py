@@ -9,7 +9,8 @@ from onnx import numpy_helper
 from quantgate.config import QuantizeConfig
 from quantgate.stages.convert import convert
 from quantgate.stages.data import load_splits
-from quantgate.stages.lower_int8 import lower_int8, read_paddle_quantization, runtime_op_counts
+from quantgate.stages.lower_int8 import lower_int8, read_paddle_quantization
+from quantgate.stages.onnx_ops import runtime_op_counts
 from quantgate.stages.quantize import quantize
 
 
