@@ -151,6 +151,11 @@ def read_paddle_quantization(raw: onnx.ModelProto, program_scales: dict | None =
                         if node.op_type not in ("QuantizeLinear", "DequantizeLinear")
                         and any(name in replace for name in node.input)}
     kept = [node for node in graph.node if node.op_type not in ("QuantizeLinear", "DequantizeLinear")]
+    quantized_tensors = {node.output[0] for node in graph.node if node.op_type == "QuantizeLinear"}
+    for node in kept:
+        if quantized_tensors & set(node.input):
+            raise ConversionError(f"{node.op_type} {node.name!r} reads an int8 tensor directly, not through a "
+                                  "DequantizeLinear; the lowering does not understand this graph")
     for node in kept:
         for index, name in enumerate(node.input):
             node.input[index] = replace.get(name, name)

@@ -9,6 +9,7 @@ from onnx import numpy_helper
 from quantgate.config import QuantizeConfig
 from quantgate.stages.convert import convert
 from quantgate.stages.data import load_splits
+from quantgate.stages.errors import ConversionError
 from quantgate.stages.lower_int8 import lower_int8, read_paddle_quantization
 from quantgate.stages.onnx_ops import runtime_op_counts
 from quantgate.stages.quantize import quantize
@@ -80,3 +81,9 @@ def test_a_layer_paddleslim_left_float_still_converts_and_runs(stage_dirs, tmp_p
     images = load_splits(stage_dirs.splits).x_test
     lowered, fp32 = run(tmp_path / "convert" / "int8.onnx", images), run(tmp_path / "convert" / "fp32.onnx", images)
     assert np.mean(lowered.argmax(axis=1) == fp32.argmax(axis=1)) >= 0.95
+
+
+def test_a_model_without_paddleslim_quantization_is_refused_by_name(stage_dirs, tmp_path):
+    with pytest.raises(ConversionError, match="fp32.onnx has no node PaddleSlim quantized"):
+        lower_int8(stage_dirs.convert / "fp32.onnx", tmp_path / "lowered.onnx")
+    assert not (tmp_path / "lowered.onnx").exists()
