@@ -27,7 +27,7 @@ def test_weights_are_int8_initializers_with_paddleslims_per_channel_scales(stage
     weight_dqs = [node for node in lowered.graph.node
                   if node.op_type == "DequantizeLinear" and initializers.get(node.input[0]) is not None
                   and initializers[node.input[0]].dtype == np.int8 and initializers[node.input[0]].ndim == 4]
-    assert len(weight_dqs) == 2  # both convolutions' weights, stored as int8 (and the linear layer's, 2-D)
+    assert len(weight_dqs) == 3  # every convolution's weights, stored as int8 (and the linear layer's, 2-D)
     for node in weight_dqs:
         weight = node.input[0].removesuffix("_quantized")
         paddle_scales, axis = paddle.weight_scales[weight]
@@ -39,7 +39,7 @@ def test_weights_are_int8_initializers_with_paddleslims_per_channel_scales(stage
 def test_onnxruntime_runs_every_quantized_convolution_as_an_integer_kernel(stage_dirs):
     metrics = stage_dirs.results["convert"].metrics
     lowered = metrics["int8"]["after_onnxruntime_optimization"]["ops"]
-    assert lowered.get("QLinearConv") == metrics["fp32"]["ops"]["Conv"] == 2
+    assert lowered.get("QLinearConv") == metrics["fp32"]["ops"]["Conv"] == 3
     # paddle2onnx drops PaddleSlim's quantization of the linear layer; the lowering restores it from Paddle's program
     assert metrics["int8_paddle2onnx"]["after_onnxruntime_optimization"]["ops"].get("MatMul") == 1
     assert lowered.get("MatMulIntegerToFloat") == 1 and "MatMul" not in lowered  # logits stay float
@@ -76,7 +76,7 @@ def test_a_layer_paddleslim_left_float_still_converts_and_runs(stage_dirs, tmp_p
              "model.pdmodel", "model.pdiparams", stage_dirs.splits, tmp_path / "quantize")
     result = convert(stage_dirs.export, tmp_path / "quantize", "model.pdmodel", "model.pdiparams", tmp_path / "convert")
     runtime = result.metrics["int8"]["after_onnxruntime_optimization"]["ops"]
-    assert runtime.get("QLinearConv") == 1 and runtime.get("Conv", 0) + runtime.get("FusedConv", 0) == 1
+    assert runtime.get("QLinearConv") == 2 and runtime.get("Conv", 0) + runtime.get("FusedConv", 0) == 1
     assert runtime.get("MatMulIntegerToFloat") == 1
     images = load_splits(stage_dirs.splits).x_test
     lowered, fp32 = run(tmp_path / "convert" / "int8.onnx", images), run(tmp_path / "convert" / "fp32.onnx", images)
