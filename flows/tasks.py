@@ -25,7 +25,7 @@ from quantgate.stages.export import MODEL_FILE, PARAMS_FILE, export
 from quantgate.stages.gate import ReleaseBaseline, gate
 from quantgate.stages.quantize import quantize
 from quantgate.stages.report import PER_CLASS_PLOT, REPORT_FILE, TRAINING_PLOT, report
-from quantgate.stages.train import ARCHITECTURE, REFERENCE_LOGITS_FILE, STEPS_FILE, WEIGHTS_FILE, train
+from quantgate.stages.train import REFERENCE_LOGITS_FILE, STEPS_FILE, WEIGHTS_FILE, train
 from quantgate.stages.training_scalars import VISUALDL_DIR
 
 STAGE_TASK = {"retries": 0, "cache_policy": NO_CACHE}
@@ -100,11 +100,12 @@ def train_task(
 @task(name="export", **STAGE_TASK)
 def export_task(store_root: str, version: VersionRef, trained: StageRef, data: StageRef) -> StageRef:
     """Save the FP32 inference model and check it against training."""
+    architecture = ArtifactStore(store_root).read_manifest(trained)["metrics"]["architecture"]
     return run_stage(
-        store_root, version, "export", {"architecture": ARCHITECTURE}, {"train": trained, "data": data},
+        store_root, version, "export", {"architecture": architecture}, {"train": trained, "data": data},
         lambda dirs, out: export(
             dirs["train"] / WEIGHTS_FILE, dirs["train"] / REFERENCE_LOGITS_FILE,
-            dirs["data"] / SPLITS_FILE, ARCHITECTURE, out,
+            dirs["data"] / SPLITS_FILE, architecture, out,
         ),
     )
 

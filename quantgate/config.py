@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from quantgate.errors import ConfigError
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+# A paddle.vision.models / built-in name (resnet18), or a user network's `package.module:factory`.
+ARCHITECTURE_PATTERN = r"^([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:)?[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class Section(BaseModel):
@@ -24,8 +26,53 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class TransformsConfig(Section):
+    """Deterministic pre-processing, applied once in the data stage, so training, calibration and evaluation
+    see the same pixels; recorded in the data manifest as the deployed model's pre-processing."""
+
+    resize: int | tuple[int, int] | None = Field(
+        None, description="Resize: one number scales the shorter side to it, [height, width] is exact; null keeps the size."
+    )
+    center_crop: int | tuple[int, int] | None = Field(
+        None, description="Center crop after resizing: one number for a square, or [height, width]; null for none."
+    )
+    color: Literal["rgb", "grayscale"] = Field("rgb", description="Convert every image to 3-channel RGB or 1-channel grayscale.")
+    mean: tuple[float, ...] = Field((0.0,), description="Per-channel mean subtracted from pixels scaled to [0, 1] (one value or one per channel).")
+    std: tuple[float, ...] = Field((1.0,), description="Per-channel standard deviation the pixels are divided by (one value or one per channel).")
+
+    @field_validator("resize", "center_crop")
+    @classmethod
+    def _sizes_are_positive(cls, size):
+        sizes = (size,) if isinstance(size, int) else size or ()
+        if any(value < 1 for value in sizes):
+            raise ValueError(f"sizes must be positive pixel counts, got {size}")
+        return size
+
+    @model_validator(mode="after")
+    def _mean_std_match_channels(self) -> "TransformsConfig":
+        channels = 3 if self.color == "rgb" else 1
+        for name in ("mean", "std"):
+            if len(getattr(self, name)) not in (1, channels):
+                allowed = "1 value" if channels == 1 else "1 or 3 values"
+                raise ValueError(f"{name} needs {allowed} for color={self.color!r}, got {list(getattr(self, name))}")
+        if any(value <= 0 for value in self.std):
+            raise ValueError(f"std values must be positive, got {list(self.std)}")
+        return self
+
+
 class DataConfig(Section):
-    dataset: Literal["digits"] = Field("digits", description="Built-in dataset to train and gate on.")
+    dataset: Literal["digits", "image_folder"] = Field(
+        "digits", description="'digits' (built-in 8x8 digits) or 'image_folder' (one sub-folder of images per class)."
+    )
+    path: str | None = Field(
+        None, description="image_folder: the folder of class sub-folders (train folder when test_path is set)."
+    )
+    test_path: str | None = Field(
+        None, description="image_folder: a separate test folder with the same classes; null splits `path` by seed."
+    )
+    transforms: TransformsConfig = Field(
+        default_factory=TransformsConfig, description="image_folder pre-processing (resize, crop, color, normalize)."
+    )
     seed: int = Field(0, ge=0, description="Seed of the stratified train/calibration/test split.")
     calibration_fraction: float = Field(
         0.15, gt=0, lt=0.5, description="Share of the data held out for INT8 calibration."
@@ -33,6 +80,14 @@ class DataConfig(Section):
     test_fraction: float = Field(
         0.2, gt=0, lt=0.5, description="Share of the data held out for the FP32 vs INT8 accuracy check."
     )
+
+    @model_validator(mode="after")
+    def _paths_match_dataset(self) -> "DataConfig":
+        if self.dataset == "image_folder" and not self.path:
+            raise ValueError("dataset 'image_folder' needs data.path, the folder with one sub-folder per class")
+        if self.dataset == "digits" and (self.path or self.test_path or self.transforms != TransformsConfig()):
+            raise ValueError("data.path, data.test_path and data.transforms apply to dataset 'image_folder' only")
+        return self
 
 
 class AmpConfig(Section):
@@ -64,8 +119,15 @@ class AmpConfig(Section):
 
 
 class TrainConfig(Section):
+    architecture: str = Field(
+        "digits_cnn", pattern=ARCHITECTURE_PATTERN,
+        description="Network: 'digits_cnn', a paddle.vision.models name (resnet18, mobilenet_v2, ...) or 'package.module:factory'.",
+    )
+    nproc: int = Field(
+        1, ge=1, le=1024, description="Data-parallel training processes (paddle.distributed.launch); 1 trains in-process."
+    )
     epochs: int = Field(12, ge=1, le=10_000, description="Passes over the training split.")
-    batch_size: int = Field(64, ge=1, le=65_536, description="Samples per training step.")
+    batch_size: int = Field(64, ge=1, le=65_536, description="Samples per training step (per process when nproc > 1).")
     learning_rate: float = Field(2e-3, gt=0, le=10, description="Adam learning rate.")
     seed: int = Field(0, ge=0, description="Seed of weight initialisation and shuffling.")
     max_nonfinite_steps: int = Field(
@@ -138,6 +200,18 @@ class PipelineConfig(Section):
     quantize: QuantizeConfig = Field(default_factory=QuantizeConfig, description="PaddleSlim post-training quantization.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="onnxruntime evaluation.")
     gate: GatePolicy = Field(default_factory=GatePolicy, description="Release gate policy.")
+
+    @model_validator(mode="after")
+    def _architecture_fits_the_data(self) -> "PipelineConfig":
+        # paddle.vision.models networks open with a 3-channel convolution.
+        architecture = self.train.architecture
+        if architecture != "digits_cnn" and ":" not in architecture:
+            if self.data.dataset == "digits":
+                raise ValueError(f"train.architecture={architecture!r} needs RGB images; the built-in digits are "
+                                 "1-channel 8x8: use dataset 'image_folder' or architecture 'digits_cnn'")
+            if self.data.transforms.color != "rgb":
+                raise ValueError(f"train.architecture={architecture!r} needs RGB input; set data.transforms.color: rgb")
+        return self
 
 
 def describe_validation_error(error: ValidationError) -> list[str]:

@@ -1,8 +1,11 @@
-"""Data stage: load a built-in dataset and split it, deterministically, into train / calibration / test."""
+"""Data stage: load the built-in digits or an image-classification folder and split it, deterministically,
+into train / calibration / test."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +15,7 @@ from sklearn.model_selection import train_test_split
 
 from quantgate.config import DataConfig
 from quantgate.stages.errors import DataError
+from quantgate.stages.image_folders import load_image_folder, preprocessing_record
 
 SPLITS_FILE = "splits.npz"
 SPLIT_NAMES = ("train", "calibration", "test")
@@ -30,7 +34,7 @@ class Splits:
 
     @property
     def num_classes(self) -> int:
-        return int(max(self.y_train.max(), self.y_test.max())) + 1
+        return int(max(self.y_train.max(), self.y_calibration.max(), self.y_test.max())) + 1
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -54,16 +58,33 @@ def _load_digits() -> tuple[np.ndarray, np.ndarray]:
 DATASETS = {"digits": _load_digits}
 
 
+def _stratified(indices: np.ndarray, labels: np.ndarray, share: float, seed: int, held_out: str):
+    """Seeded stratified split of `indices` into (rest, held_out share).
+
+    Raises:
+        DataError: the split cannot hold every class (too few images per class).
+    """
+    classes = len(set(labels[indices].tolist()))
+    held = math.ceil(share * len(indices))
+    if held < classes:
+        raise DataError(
+            f"the {held_out} split would hold {held} images but there are {classes} classes, so some class would "
+            f"have no {held_out} image; add images or raise data.{held_out}_fraction"
+        )
+    try:
+        return train_test_split(indices, test_size=share, stratify=labels[indices], random_state=seed)
+    except ValueError as exc:  # e.g. a class with a single image cannot be stratified
+        raise DataError(
+            f"cannot split off the {held_out} split by class: {exc}; give every class at least 2 images per split"
+        ) from exc
+
+
 def split_indices(labels: np.ndarray, config: DataConfig) -> dict[str, np.ndarray]:
     """Stratified, seeded split of sample indices; the same config always gives the same split."""
     everything = np.arange(len(labels))
-    rest, test = train_test_split(
-        everything, test_size=config.test_fraction, stratify=labels, random_state=config.seed
-    )
+    rest, test = _stratified(everything, labels, config.test_fraction, config.seed, "test")
     calibration_share = config.calibration_fraction / (1.0 - config.test_fraction)
-    train, calibration = train_test_split(
-        rest, test_size=calibration_share, stratify=labels[rest], random_state=config.seed
-    )
+    train, calibration = _stratified(rest, labels, calibration_share, config.seed, "calibration")
     return {"train": np.sort(train), "calibration": np.sort(calibration), "test": np.sort(test)}
 
 
@@ -77,17 +98,62 @@ def fingerprint(dataset: str, images: np.ndarray, labels: np.ndarray, indices: d
     return digest.hexdigest()
 
 
+def _load_folders(config: DataConfig):
+    """Images, labels and split indices of the configured folder(s), and what describes them.
+
+    Raises:
+        DataError: a folder, class or image is unusable, or a split cannot hold every class.
+    """
+    train_folder = load_image_folder(Path(config.path), config.transforms)
+    describe = {
+        "classes": list(train_folder.classes),
+        "path": str(Path(config.path).expanduser().resolve()),
+        "files": len(train_folder.files),
+        "content_sha256": train_folder.content_sha256,
+    }
+    if config.test_path is None:
+        return train_folder.images, train_folder.labels, split_indices(train_folder.labels, config), describe
+    test_folder = load_image_folder(Path(config.test_path), config.transforms)
+    if test_folder.classes != train_folder.classes:
+        raise DataError(
+            f"the test folder's classes {list(test_folder.classes)} differ from the training folder's "
+            f"{list(train_folder.classes)}; give both folders the same class sub-folders"
+        )
+    if test_folder.images.shape[1:] != train_folder.images.shape[1:]:
+        raise DataError(f"test images are {test_folder.images.shape[1:]} after pre-processing, training images "
+                        f"{train_folder.images.shape[1:]}; set data.transforms.resize / center_crop")
+    if len(test_folder.labels) < len(test_folder.classes):
+        raise DataError(
+            f"the test folder {config.test_path} has {len(test_folder.labels)} images for {len(test_folder.classes)} "
+            "classes; it needs at least one image per class"
+        )
+    everything = np.arange(len(train_folder.labels))
+    train, calibration = _stratified(everything, train_folder.labels, config.calibration_fraction, config.seed,
+                                     "calibration")
+    test = np.arange(len(test_folder.labels)) + len(train_folder.labels)
+    images = np.concatenate([train_folder.images, test_folder.images])
+    labels = np.concatenate([train_folder.labels, test_folder.labels])
+    describe.update(test_path=str(Path(config.test_path).expanduser().resolve()), test_files=len(test_folder.files),
+                    test_content_sha256=test_folder.content_sha256)
+    return images, labels, {"train": np.sort(train), "calibration": np.sort(calibration), "test": test}, describe
+
+
 def prepare_data(config: DataConfig, out_dir: Path) -> DataResult:
     """Load `config.dataset`, split it and write the splits to `out_dir/splits.npz`.
 
     Raises:
-        DataError: the dataset is unknown or a split would miss a class.
+        DataError: the dataset is unknown; a folder, class or image is unusable; or a split would miss a class.
     """
-    if config.dataset not in DATASETS:
+    source: dict = {}
+    if config.dataset == "image_folder":
+        images, labels, indices, source = _load_folders(config)
+        num_classes = len(source["classes"])
+    elif config.dataset in DATASETS:
+        images, labels = DATASETS[config.dataset]()
+        indices = split_indices(labels, config)
+        num_classes = int(labels.max()) + 1
+    else:
         raise DataError(f"unknown dataset {config.dataset!r}; built-in datasets are {sorted(DATASETS)}")
-    images, labels = DATASETS[config.dataset]()
-    indices = split_indices(labels, config)
-    num_classes = int(labels.max()) + 1
     for name in SPLIT_NAMES:
         missing = sorted(set(range(num_classes)) - set(labels[indices[name]].tolist()))
         if missing:
@@ -98,13 +164,19 @@ def prepare_data(config: DataConfig, out_dir: Path) -> DataResult:
         arrays[f"y_{name}"] = labels[indices[name]]
         arrays[f"index_{name}"] = indices[name]
     np.savez(Path(out_dir) / SPLITS_FILE, **arrays)
+    # The folder's file list and bytes and the transforms are part of the identity, not only the decoded arrays.
+    identity = json.dumps({"dataset": config.dataset, **source, "transforms": config.transforms.model_dump(mode="json")},
+                          sort_keys=True) if source else config.dataset
     metrics = {
         "dataset": config.dataset,
-        "fingerprint_sha256": fingerprint(config.dataset, images, labels, indices),
+        "fingerprint_sha256": fingerprint(identity, images, labels, indices),
         "num_classes": num_classes,
         "input_shape": list(images.shape[1:]),
         **{f"samples_{name}": int(len(indices[name])) for name in SPLIT_NAMES},
     }
+    if source:
+        metrics["source"] = source
+        metrics["preprocessing"] = preprocessing_record(config.transforms, images.shape[1:])
     return DataResult(splits_file=SPLITS_FILE, metrics=metrics)
 
 

@@ -13,6 +13,16 @@ class DataError(StageError):
     exit_code = 2
 
 
+class ModelError(StageError):
+    """The configured architecture cannot be built (unknown name, bad entry point, failing factory)."""
+
+    exit_code = 2
+
+
+class DistributedTrainingFailed(StageError):
+    """A rank of the multi-process training failed, or the ranks ended with different weights."""
+
+
 class TrainingDiverged(StageError):
     """The loss stayed non-finite, or the trained weights are not finite."""
 

@@ -29,7 +29,7 @@ from quantgate.stages.training_scalars import VISUALDL_DIR, write_visualdl_scala
 WEIGHTS_FILE = "weights.npz"
 STEPS_FILE = "steps.csv"
 REFERENCE_LOGITS_FILE = "reference_logits.npy"
-ARCHITECTURE = "digits_cnn"
+ARCHITECTURE = "digits_cnn"  # the default of train.architecture
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,9 @@ def _check_finite(weights: dict[str, np.ndarray], learning_rate: float) -> None:
         )
 
 
-def _reference_logits(weights, num_classes, input_shape, images) -> np.ndarray:
+def _reference_logits(architecture, weights, num_classes, input_shape, images) -> np.ndarray:
     """float32 eval-mode logits of the shipped weights, the reference the export is checked against."""
-    model = build_model(ARCHITECTURE, num_classes, input_shape)
+    model = build_model(architecture, num_classes, input_shape)
     model.set_state_dict({name: paddle.to_tensor(array) for name, array in weights.items()})
     model.eval()
     with paddle.no_grad():
@@ -99,7 +99,9 @@ def checkpoint_name(epoch: int) -> str:
 
 def train(config: TrainConfig, splits_path: Path, out_dir: Path, checkpoints: CheckpointSink | None = None,
           resume_from: Path | None = None) -> TrainResult:
-    """Train the default CNN on the train split and write float32 weights, per-step records and reference logits.
+    """Train `config.architecture` on the train split and write float32 weights (parameters and buffers such as
+    BatchNorm statistics), per-step records and reference logits. With `config.nproc` > 1 the training runs
+    data-parallel in that many processes (see train_distributed).
 
     With `checkpoints`, the full training state is saved after every epoch; with `resume_from`
     (a checkpoint folder whose sha256 the caller has verified), training continues after that
@@ -109,12 +111,18 @@ def train(config: TrainConfig, splits_path: Path, out_dir: Path, checkpoints: Ch
         TrainingDiverged: the loss stayed non-finite for `max_nonfinite_steps` steps, or weights end non-finite.
         TooManySkippedSteps: more steps were skipped for inf/NaN gradients than `amp.max_skipped_ratio` allows.
         ResumeMismatch: `resume_from` was made with other settings or data, or holds every epoch already.
+        ModelError: the architecture cannot be built.
+        DistributedTrainingFailed: a rank failed, or the ranks ended with different weights.
     """
+    if config.nproc > 1:
+        from quantgate.stages.train_distributed import train_data_parallel
+
+        return train_data_parallel(config, splits_path, out_dir)
     splits = load_splits(splits_path)
     splits_sha256 = file_sha256(Path(splits_path))
     paddle.seed(config.seed)
     rng = np.random.RandomState(config.seed)
-    model = build_model(ARCHITECTURE, splits.num_classes, splits.input_shape)
+    model = build_model(config.architecture, splits.num_classes, splits.input_shape)
     optimizer = paddle.optimizer.Adam(learning_rate=config.learning_rate, parameters=model.parameters())
     model, optimizer = amp.decorate(model, optimizer, config.amp)
     scaler = amp.grad_scaler(config.amp)
@@ -167,7 +175,8 @@ def train(config: TrainConfig, splits_path: Path, out_dir: Path, checkpoints: Ch
     record = amp.amp_record(config.amp, scaler, probe)
     out_dir = Path(out_dir)
     np.savez(out_dir / WEIGHTS_FILE, **weights)
-    np.save(out_dir / REFERENCE_LOGITS_FILE, _reference_logits(weights, splits.num_classes, splits.input_shape, splits.x_test))
+    np.save(out_dir / REFERENCE_LOGITS_FILE,
+            _reference_logits(config.architecture, weights, splits.num_classes, splits.input_shape, splits.x_test))
     with open(out_dir / STEPS_FILE, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(STEP_COLUMNS)
@@ -180,7 +189,7 @@ def train(config: TrainConfig, splits_path: Path, out_dir: Path, checkpoints: Ch
     final_losses = [row.loss for row in rows[-steps_per_epoch:]]
     trained_epochs = config.epochs - start_epoch
     metrics = {
-        "architecture": ARCHITECTURE,
+        "architecture": config.architecture,
         "num_classes": splits.num_classes,
         "input_shape": list(splits.input_shape),
         "steps": step,
