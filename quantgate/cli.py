@@ -46,6 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
     for flag, key in SHORTCUTS.items():
         run.add_argument(f"--{flag.replace('_', '-')}", dest=flag, metavar="VALUE", help=f"same as --set {key}=VALUE")
 
+    config = commands.add_parser("config", help="print the configuration schema as a commented YAML example")
+    config.add_argument("--example", action="store_true",
+                        help="print every field with its description and default (the default action)")
+    config.add_argument("--config", type=Path, help="print this YAML file resolved against the defaults instead")
+    config.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="apply an override before printing (repeatable)")
+
     versions = commands.add_parser("versions", help="list versions with their gate results and aliases")
     versions.add_argument("--store", help=f"artifact store root (default: ${STORE_ENV} or ~/.quantgate/store)")
     versions.add_argument("--model", help="only this model")
@@ -140,6 +147,16 @@ def check_resume(store, config: PipelineConfig, version: str) -> None:
         raise ConfigError([f"--resume {version} (checkpoint {ref.name}): {problem}" for problem in problems])
 
 
+def command_config(args: argparse.Namespace) -> int:
+    from quantgate.config_example import example_yaml
+
+    raw = read_yaml(args.config) if args.config else {}
+    for assignment in args.overrides:
+        apply_override(raw, assignment)
+    print(example_yaml(validate_config(raw)), end="")
+    return 0
+
+
 def command_versions(args: argparse.Namespace) -> int:
     from quantgate.artifacts import ArtifactStore
 
@@ -171,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     # The embedded Prefect server would try to send usage telemetry; a CLI run stays offline.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     args = build_parser().parse_args(argv)
-    handlers = {"run": command_run, "versions": command_versions, **release_commands.HANDLERS}
+    handlers = {"run": command_run, "config": command_config, "versions": command_versions,
+                **release_commands.HANDLERS}
     try:
         return handlers[args.command](args)
     except QuantgateError as exc:

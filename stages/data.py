@@ -122,11 +122,6 @@ def _load_folders(config: DataConfig):
     if test_folder.images.shape[1:] != train_folder.images.shape[1:]:
         raise DataError(f"test images are {test_folder.images.shape[1:]} after pre-processing, training images "
                         f"{train_folder.images.shape[1:]}; set data.transforms.resize / center_crop")
-    if len(test_folder.labels) < len(test_folder.classes):
-        raise DataError(
-            f"the test folder {config.test_path} has {len(test_folder.labels)} images for {len(test_folder.classes)} "
-            "classes; it needs at least one image per class"
-        )
     everything = np.arange(len(train_folder.labels))
     train, calibration = _stratified(everything, train_folder.labels, config.calibration_fraction, config.seed,
                                      "calibration")
