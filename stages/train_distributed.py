@@ -16,6 +16,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -53,6 +54,24 @@ def _log_tail(path: Path) -> str:
     except OSError:
         return "(no log)"
     return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def _failure_report(nproc: int, results: dict, launch_dir: Path, finished: subprocess.CompletedProcess) -> str:
+    """Which ranks failed, with the tail of the log of each rank that raised (the launcher stops the others)."""
+    unfinished = [rank for rank in range(nproc) if rank not in results] or list(range(nproc))
+    logs = {rank: launch_dir / "logs" / f"workerlog.{rank}" for rank in unfinished}
+    launcher_log = finished.stdout + finished.stderr
+    # The launcher names the container that failed first and then terminates the others (SIGTERM).
+    reported = {int(rank) for rank in re.findall(r"Container rank (\d+) status failed", launcher_log)}
+    shown = [rank for rank in unfinished if rank in reported] or unfinished
+    stopped = sorted(set(unfinished) - set(shown))
+    tails = "\n".join(f"--- rank {rank} ({logs[rank]}), last lines:\n{_log_tail(logs[rank])}" for rank in shown)
+    launcher_tail = "\n".join(launcher_log.splitlines()[-10:])
+    return (
+        f"data-parallel training on {nproc} processes failed (launcher exit {finished.returncode}): rank(s) {shown} "
+        "failed" + (f", rank(s) {stopped} were stopped by the launcher" if stopped else "")
+        + f"; full logs in {launch_dir / 'logs'}\n{tails}\n--- launcher, last lines:\n{launcher_tail}"
+    )
 
 
 def launch_command(nproc: int, log_dir: Path, worker_args: list[str]) -> list[str]:
@@ -94,16 +113,7 @@ def train_data_parallel(config: TrainConfig, splits_path: Path, out_dir: Path):
         if result_file.exists():
             results[rank] = json.loads(result_file.read_text())
     if finished.returncode != 0 or len(results) != config.nproc:
-        failed = [rank for rank in range(config.nproc) if rank not in results] or list(range(config.nproc))
-        tails = "\n".join(
-            f"--- rank {rank} ({launch_dir / 'logs' / f'workerlog.{rank}'}), last lines:\n"
-            f"{_log_tail(launch_dir / 'logs' / f'workerlog.{rank}')}" for rank in failed
-        )
-        raise DistributedTrainingFailed(
-            f"data-parallel training on {config.nproc} processes failed (launcher exit {finished.returncode}); "
-            f"rank(s) {failed} did not finish:\n{tails}\n--- launcher, last lines:\n"
-            + "\n".join((finished.stdout + finished.stderr).splitlines()[-10:])
-        )
+        raise DistributedTrainingFailed(_failure_report(config.nproc, results, launch_dir, finished))
     digests = {str(rank): results[rank]["weights_sha256"] for rank in sorted(results)}
     if len(set(digests.values())) != 1:
         raise DistributedTrainingFailed(

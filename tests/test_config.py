@@ -61,3 +61,41 @@ def test_model_names_that_could_escape_the_store_are_refused():
     for name in ("../etc", "/abs", "Has Space", ""):
         with pytest.raises(ConfigError, match="model_name"):
             validate_config({"model_name": name})
+
+
+def test_the_printed_example_is_commented_and_parses_back_to_the_defaults(capsys):
+    import yaml
+
+    from quantgate.cli import main
+
+    assert main(["config", "--example"]) == 0
+    printed = capsys.readouterr().out
+    assert validate_config(yaml.safe_load(printed)) == PipelineConfig()
+    # Every field's description is there as a comment, right above the field.
+    lines = printed.splitlines()
+    for section in ("data", "train", "quantize", "evaluate", "gate"):
+        for name, field in PipelineConfig.model_fields[section].annotation.model_fields.items():
+            index = next(i for i, line in enumerate(lines) if line.strip().startswith(f"{name}:")
+                         and lines[i - 1].strip() == f"# {field.description}")
+            assert index > 0
+
+
+def test_image_folder_settings_are_validated_together():
+    with pytest.raises(ConfigError) as caught:
+        validate_config({"data": {"dataset": "image_folder", "transforms": {"color": "grayscale", "mean": [0.1, 0.2, 0.3],
+                                                                           "resize": 0, "crop": 3}},
+                         "train": {"architecture": "my pkg:net", "nproc": 0}})
+    message = str(caught.value)
+    for expected in ("data.transforms.resize", "data.transforms.crop: unknown key", "train.architecture",
+                     "train.nproc"):
+        assert expected in message
+    with pytest.raises(ConfigError, match="needs data.path"):
+        validate_config({"data": {"dataset": "image_folder"}})
+    with pytest.raises(ConfigError, match="apply to dataset 'image_folder' only"):
+        validate_config({"data": {"path": "/images"}})
+    with pytest.raises(ConfigError, match="needs RGB input; set data.transforms.color: rgb"):
+        validate_config({"data": {"dataset": "image_folder", "path": "/i", "transforms": {"color": "grayscale"}},
+                         "train": {"architecture": "resnet18"}})
+    config = validate_config({"data": {"dataset": "image_folder", "path": "/i", "transforms": {"resize": [24, 32]}},
+                              "train": {"architecture": "my_pkg.nets:small_net", "nproc": 4}})
+    assert config.data.transforms.resize == (24, 32) and config.train.nproc == 4

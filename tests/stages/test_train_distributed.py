@@ -1,0 +1,40 @@
+"""Multi-process training failures: a failing rank is reported with the tail of its own log."""
+
+import os
+from pathlib import Path
+
+import pytest
+from paddle import nn
+
+from quantgate.config import TrainConfig
+from quantgate.stages.errors import DistributedTrainingFailed
+from quantgate.stages.train import train
+from quantgate.stages.train_distributed import weights_sha256
+
+
+def fails_on_rank_one(num_classes, input_shape):
+    """A user network whose construction breaks on rank 1 only (the launcher sets PADDLE_TRAINER_ID)."""
+    if os.environ.get("PADDLE_TRAINER_ID") == "1":
+        raise RuntimeError("simulated failure on rank 1")
+    return nn.Sequential(nn.Flatten(), nn.Linear(input_shape[0] * input_shape[1] * input_shape[2], num_classes))
+
+
+def test_a_failing_rank_raises_with_the_tail_of_its_log(stage_dirs, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    config = TrainConfig(epochs=1, nproc=2, architecture="test_train_distributed:fails_on_rank_one")
+    with pytest.raises(DistributedTrainingFailed) as caught:
+        train(config, stage_dirs.splits, tmp_path)
+    message = str(caught.value)
+    assert "rank(s) [1] failed, rank(s) [0] were stopped by the launcher" in message
+    assert "simulated failure on rank 1" in message  # from rank 1's own log
+    assert "workerlog.1" in message
+    assert not (tmp_path / "weights.npz").exists()
+
+
+def test_weights_digest_sees_every_array():
+    import numpy as np
+
+    weights = {"a": np.zeros(3, np.float32), "b._mean": np.ones(2, np.float32)}
+    changed = {**weights, "b._mean": np.array([1, 1.0001], np.float32)}
+    assert weights_sha256(weights) == weights_sha256(dict(reversed(list(weights.items()))))
+    assert weights_sha256(weights) != weights_sha256(changed)
