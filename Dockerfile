@@ -1,7 +1,18 @@
-# quantgate worker image (CPU): the pipeline plus a Prefect worker for the `quantgate` process pool.
-#   docker build -t quantgate .
-#   docker run -e PREFECT_API_URL=http://HOST:4200/api -v quantgate-store:/data quantgate
-FROM python:3.11-slim
+# quantgate worker images: the pipeline plus a Prefect worker for the `quantgate` process pool (prefect.yaml).
+#
+#   docker build -t quantgate:gpu .                  # default: GPU image (paddlepaddle-gpu, CUDA 12.6, cuDNN 9.5)
+#   docker build --target cpu -t quantgate:cpu .     # CPU image (the pinned paddlepaddle CPU wheel)
+#   docker run --gpus all -e PREFECT_API_URL=http://HOST:4200/api -v quantgate-store:/data quantgate:gpu
+#
+# Both images install quantgate's pinned dependencies from pyproject.toml. The GPU image installs every
+# pin except `paddlepaddle` (the CPU wheel) and takes `paddlepaddle-gpu` of the same version from Paddle's
+# CUDA 12.6 package index instead: the two wheels both provide the `paddle` module, and installing
+# the CPU one over the GPU one would silently disable the GPU. quantgate itself goes in with --no-deps.
+
+ARG PADDLE_VERSION=3.3.1
+
+# ---------------------------------------------------------------- CPU image
+FROM python:3.11-slim AS cpu
 
 ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -19,7 +30,44 @@ COPY quantgate ./quantgate
 COPY flows ./flows
 COPY stages ./stages
 COPY artifacts ./artifacts
+COPY examples ./examples
 RUN pip install -e .
+
+VOLUME ["/data"]
+CMD ["prefect", "worker", "start", "--pool", "quantgate", "--type", "process"]
+
+# ---------------------------------------------------------------- GPU image (default target)
+# Official PaddlePaddle image, pinned by tag: Ubuntu 22.04 with CUDA 12.6 and cuDNN 9.5 (and NCCL,
+# which multi-GPU training uses). Its own Python is 3.10 while quantgate needs 3.11, so quantgate
+# runs in a Python 3.11 virtual environment with paddlepaddle-gpu built for CUDA 12.6.
+FROM paddlepaddle/paddle:3.3.1-gpu-cuda12.6-cudnn9.5 AS gpu
+ARG PADDLE_VERSION
+
+ENV PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PREFECT_SERVER_ANALYTICS_ENABLED=false \
+    QUANTGATE_STORE=/data/store \
+    PATH=/opt/venv/bin:$PATH
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3.11 python3.11-venv libgomp1 libgl1 libglib2.0-0 \
+    && rm -rf /var/lib/apt/lists/* \
+    && python3.11 -m venv /opt/venv
+
+WORKDIR /opt/quantgate
+COPY pyproject.toml README.md prefect.yaml ./
+# Every pin of pyproject.toml except the CPU paddlepaddle wheel, then the GPU wheel of the same version.
+RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; \
+print('\n'.join(d for d in deps if not d.startswith('paddlepaddle==')))" > /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt \
+    && pip install "paddlepaddle-gpu==${PADDLE_VERSION}" -i https://www.paddlepaddle.org.cn/packages/stable/cu126/
+COPY quantgate ./quantgate
+COPY flows ./flows
+COPY stages ./stages
+COPY artifacts ./artifacts
+COPY examples ./examples
+RUN pip install --no-deps -e . \
+    && python -c "import paddle; assert paddle.is_compiled_with_cuda(), 'paddlepaddle-gpu was replaced by a CPU build'"
 
 VOLUME ["/data"]
 CMD ["prefect", "worker", "start", "--pool", "quantgate", "--type", "process"]
