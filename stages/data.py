@@ -3,6 +3,7 @@ into train / calibration / test."""
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import math
@@ -18,6 +19,7 @@ from quantgate.stages.errors import DataError
 from quantgate.stages.image_folders import load_image_folder, preprocessing_record
 
 SPLITS_FILE = "splits.npz"
+FILES_FILE = "files.csv"  # image folders: which file went to which split, as which class
 SPLIT_NAMES = ("train", "calibration", "test")
 
 
@@ -111,8 +113,9 @@ def _load_folders(config: DataConfig):
         "files": len(train_folder.files),
         "content_sha256": train_folder.content_sha256,
     }
+    files = [f"{describe['path']}/{name}" for name in train_folder.files]
     if config.test_path is None:
-        return train_folder.images, train_folder.labels, split_indices(train_folder.labels, config), describe
+        return train_folder.images, train_folder.labels, split_indices(train_folder.labels, config), describe, files
     test_folder = load_image_folder(Path(config.test_path), config.transforms)
     if test_folder.classes != train_folder.classes:
         raise DataError(
@@ -130,7 +133,18 @@ def _load_folders(config: DataConfig):
     labels = np.concatenate([train_folder.labels, test_folder.labels])
     describe.update(test_path=str(Path(config.test_path).expanduser().resolve()), test_files=len(test_folder.files),
                     test_content_sha256=test_folder.content_sha256)
-    return images, labels, {"train": np.sort(train), "calibration": np.sort(calibration), "test": test}, describe
+    files += [f"{describe['test_path']}/{name}" for name in test_folder.files]
+    return images, labels, {"train": np.sort(train), "calibration": np.sort(calibration), "test": test}, describe, files
+
+
+def _write_file_index(path: Path, files: list[str], labels: np.ndarray, indices: dict[str, np.ndarray],
+                      classes: list[str]) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["split", "row", "file", "label", "class"])
+        for name in SPLIT_NAMES:
+            for row, index in enumerate(indices[name]):
+                writer.writerow([name, row, files[index], int(labels[index]), classes[labels[index]]])
 
 
 def prepare_data(config: DataConfig, out_dir: Path) -> DataResult:
@@ -141,7 +155,8 @@ def prepare_data(config: DataConfig, out_dir: Path) -> DataResult:
     """
     source: dict = {}
     if config.dataset == "image_folder":
-        images, labels, indices, source = _load_folders(config)
+        images, labels, indices, source, files = _load_folders(config)
+        _write_file_index(Path(out_dir) / FILES_FILE, files, labels, indices, source["classes"])
         num_classes = len(source["classes"])
     elif config.dataset in DATASETS:
         images, labels = DATASETS[config.dataset]()

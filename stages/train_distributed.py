@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from quantgate.config import TrainConfig
-from quantgate.stages.errors import DistributedTrainingFailed
+from quantgate.stages import errors as stage_errors
+from quantgate.stages.errors import DistributedTrainingFailed, StageError
 
 LAUNCH_DIR = "launch"  # inside the stage's output: launcher logs and one result file per rank
 LOG_TAIL_LINES = 40
@@ -74,6 +75,16 @@ def _failure_report(nproc: int, results: dict, launch_dir: Path, finished: subpr
     )
 
 
+def _rank_error_class(report: str) -> type[StageError]:
+    """The quantgate error a rank raised (e.g. TrainingDiverged, ModelError), so N processes fail like one;
+    DistributedTrainingFailed when the rank died of something else."""
+    for name in re.findall(r"quantgate\.stages\.errors\.(\w+): ", report):
+        found = getattr(stage_errors, name, None)
+        if isinstance(found, type) and issubclass(found, StageError):
+            return found
+    return DistributedTrainingFailed
+
+
 def launch_command(nproc: int, log_dir: Path, worker_args: list[str]) -> list[str]:
     """The paddle.distributed.launch command line: one process per device on GPUs, gloo processes on CPU."""
     return [
@@ -91,6 +102,7 @@ def train_data_parallel(config: TrainConfig, splits_path: Path, out_dir: Path):
     Raises:
         DistributedTrainingFailed: the launcher or a rank failed (the error carries the tail of its log),
             or the ranks ended with different weights.
+        TrainingDiverged, ModelError, ...: a rank raised that quantgate error (same message and log tail).
     """
     from quantgate.stages.data import load_splits
     from quantgate.stages.train import REFERENCE_LOGITS_FILE, STEPS_FILE, WEIGHTS_FILE, TrainResult, _reference_logits
@@ -113,7 +125,8 @@ def train_data_parallel(config: TrainConfig, splits_path: Path, out_dir: Path):
         if result_file.exists():
             results[rank] = json.loads(result_file.read_text())
     if finished.returncode != 0 or len(results) != config.nproc:
-        raise DistributedTrainingFailed(_failure_report(config.nproc, results, launch_dir, finished))
+        report = _failure_report(config.nproc, results, launch_dir, finished)
+        raise _rank_error_class(report)(report)
     digests = {str(rank): results[rank]["weights_sha256"] for rank in sorted(results)}
     if len(set(digests.values())) != 1:
         raise DistributedTrainingFailed(

@@ -1,3 +1,5 @@
+import csv
+
 import numpy as np
 import pytest
 from folder_images import write_image_folder
@@ -35,6 +37,12 @@ def test_a_folder_is_decoded_transformed_split_and_described(tmp_path):
     preprocessing = result.metrics["preprocessing"]
     assert preprocessing["input_shape"] == [3, 16, 16] and preprocessing["transforms"]["center_crop"] == 16
     assert any("normalize" in step for step in preprocessing["steps"])
+
+    with open(tmp_path / "a" / "files.csv") as handle:  # which file went where, row by row of splits.npz
+        rows = list(csv.DictReader(handle))
+    test_rows = [row for row in rows if row["split"] == "test"]
+    assert len(rows) == 24 and [int(row["label"]) for row in test_rows] == splits.y_test.tolist()
+    assert all(row["file"].startswith(str(images.resolve())) and row["class"] in row["file"] for row in rows)
 
     again = run(folder_config(images), tmp_path / "b")  # same files, same seed: same split and fingerprint
     assert again.metrics["fingerprint_sha256"] == result.metrics["fingerprint_sha256"]

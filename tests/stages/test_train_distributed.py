@@ -7,7 +7,7 @@ import pytest
 from paddle import nn
 
 from quantgate.config import TrainConfig
-from quantgate.stages.errors import DistributedTrainingFailed
+from quantgate.stages.errors import DistributedTrainingFailed, ModelError
 from quantgate.stages.train import train
 from quantgate.stages.train_distributed import weights_sha256
 
@@ -22,13 +22,20 @@ def fails_on_rank_one(num_classes, input_shape):
 def test_a_failing_rank_raises_with_the_tail_of_its_log(stage_dirs, tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
     config = TrainConfig(epochs=1, nproc=2, architecture="test_train_distributed:fails_on_rank_one")
-    with pytest.raises(DistributedTrainingFailed) as caught:
+    with pytest.raises(ModelError) as caught:  # the error rank 1 raised, as one process would have
         train(config, stage_dirs.splits, tmp_path)
     message = str(caught.value)
     assert "rank(s) [1] failed, rank(s) [0] were stopped by the launcher" in message
     assert "simulated failure on rank 1" in message  # from rank 1's own log
     assert "workerlog.1" in message
     assert not (tmp_path / "weights.npz").exists()
+
+
+def test_a_rank_killed_by_something_else_is_a_distributed_failure():
+    from quantgate.stages.train_distributed import _rank_error_class
+
+    assert _rank_error_class("rank 1: Segmentation fault") is DistributedTrainingFailed
+    assert _rank_error_class("quantgate.stages.errors.TrainingDiverged: training diverged").__name__ == "TrainingDiverged"
 
 
 def test_weights_digest_sees_every_array():
