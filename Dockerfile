@@ -37,10 +37,10 @@ VOLUME ["/data"]
 CMD ["prefect", "worker", "start", "--pool", "quantgate", "--type", "process"]
 
 # ---------------------------------------------------------------- GPU image (default target)
-# Official PaddlePaddle image, pinned by tag: Ubuntu 22.04 with CUDA 12.6 and cuDNN 9.5 (and NCCL,
+# Official PaddlePaddle image, pinned by tag (paddlepaddle/paddle:3.3.1-gpu-cuda12.6-cudnn9.5): Ubuntu 22.04 with CUDA 12.6 and cuDNN 9.5 (and NCCL,
 # which multi-GPU training uses). Its own Python is 3.10 while quantgate needs 3.11, so quantgate
 # runs in a Python 3.11 virtual environment with paddlepaddle-gpu built for CUDA 12.6.
-FROM paddlepaddle/paddle:3.3.1-gpu-cuda12.6-cudnn9.5 AS gpu
+FROM paddlepaddle/paddle:${PADDLE_VERSION}-gpu-cuda12.6-cudnn9.5 AS gpu
 ARG PADDLE_VERSION
 
 ENV PYTHONUNBUFFERED=1 \
