@@ -24,6 +24,8 @@ SHORTCUTS = {
     "model_name": "model_name",
     "epochs": "train.epochs",
     "learning_rate": "train.learning_rate",
+    "architecture": "train.architecture",
+    "nproc": "train.nproc",
     "amp_level": "train.amp.level",
     "amp_dtype": "train.amp.dtype",
     "max_accuracy_drop": "gate.max_accuracy_drop",

@@ -99,3 +99,19 @@ def test_image_folder_settings_are_validated_together():
     config = validate_config({"data": {"dataset": "image_folder", "path": "/i", "transforms": {"resize": [24, 32]}},
                               "train": {"architecture": "my_pkg.nets:small_net", "nproc": 4}})
     assert config.data.transforms.resize == (24, 32) and config.train.nproc == 4
+
+
+def test_yaml_overrides_and_flags_resolve_through_the_one_schema(tmp_path):
+    from quantgate.cli import build_parser, resolve_config
+
+    config_file = tmp_path / "release.yaml"
+    config_file.write_text("data: {dataset: image_folder, path: /images, transforms: {resize: 64}}\n"
+                           "train: {architecture: mobilenet_v2, epochs: 5}\n")
+    args = build_parser().parse_args(["run", "--config", str(config_file), "--set", "data.transforms.center_crop=56",
+                                      "--nproc", "2", "--epochs", "7"])
+    config = resolve_config(args)
+    assert (config.data.transforms.resize, config.data.transforms.center_crop) == (64, 56)
+    assert (config.train.architecture, config.train.nproc, config.train.epochs) == ("mobilenet_v2", 2, 7)
+    bad = build_parser().parse_args(["run", "--architecture", "resnet18"])  # digits are 1-channel 8x8
+    with pytest.raises(ConfigError, match="needs RGB images"):
+        resolve_config(bad)
