@@ -175,7 +175,9 @@ def prepare_data(config: DataConfig, out_dir: Path) -> DataResult:
         arrays[f"index_{name}"] = indices[name]
     np.savez(Path(out_dir) / SPLITS_FILE, **arrays)
     # The folder's file list and bytes and the transforms are part of the identity, not only the decoded arrays.
-    identity = json.dumps({"dataset": config.dataset, **source, "transforms": config.transforms.model_dump(mode="json")},
+    # Where the folder lies is not: the same files elsewhere are the same dataset.
+    content = {key: value for key, value in source.items() if key not in ("path", "test_path")}
+    identity = json.dumps({"dataset": config.dataset, **content, "transforms": config.transforms.model_dump(mode="json")},
                           sort_keys=True) if source else config.dataset
     metrics = {
         "dataset": config.dataset,

@@ -65,7 +65,10 @@ def test_changing_one_image_changes_the_fingerprint(tmp_path):
     pixels = np.asarray(Image.open(target)).copy()
     pixels[0, 0] = 255 - pixels[0, 0]  # one pixel
     Image.fromarray(pixels).save(target)
-    assert run(folder_config(images), tmp_path / "b").metrics["fingerprint_sha256"] != before
+    changed = run(folder_config(images), tmp_path / "b").metrics["fingerprint_sha256"]
+    assert changed != before
+    moved = images.rename(tmp_path / "moved")  # the same files in another place: the same dataset
+    assert run(folder_config(moved), tmp_path / "c").metrics["fingerprint_sha256"] == changed
 
 
 def test_separate_train_and_test_folders(tmp_path):
