@@ -42,6 +42,9 @@ def version_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str,
         "amp": manifests["train"]["metrics"]["amp"],
         "scaler": manifests["train"]["metrics"]["scaler"],
         "data_fingerprint_sha256": manifests["data"]["metrics"]["fingerprint_sha256"],
+        # What a deployment needs besides the model file: the network and the input pre-processing.
+        "architecture": manifests["train"]["metrics"]["architecture"],
+        "preprocessing": manifests["data"]["metrics"].get("preprocessing"),
         "stage_seconds": {stage: manifests[stage]["duration_s"] for stage in refs},
         "config": config.model_dump(mode="json"),
     }

@@ -45,7 +45,8 @@ def test_a_yaml_config_on_image_folders_records_preprocessing_and_config(tmp_pat
     assert data["metrics"]["preprocessing"]["input_shape"] == [3, 32, 32]  # ...and what the deployed model takes
     assert data["metrics"]["source"]["classes"] == ["class_0", "class_1", "class_2"]
     record = json.loads((version_dir / "version.json").read_text())
-    assert record["status"] == "passed"
+    assert record["status"] == "passed" and record["architecture"] == "mobilenet_v1"
+    assert record["preprocessing"] == data["metrics"]["preprocessing"]
     assert record["config"] == config.model_dump(mode="json")  # the resolved config, every default included
     assert record["config"]["train"]["nproc"] == 1 and record["config"]["data"]["transforms"]["color"] == "rgb"
     export = json.loads((version_dir / "export" / "manifest.json").read_text())
