@@ -52,7 +52,8 @@ def find_images(root: Path) -> tuple[tuple[str, ...], list[tuple[Path, int]]]:
     for index, name in enumerate(classes):
         files = sorted(
             path for path in (root / name).rglob("*")
-            if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".")
+            if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES
+            and not any(part.startswith(".") for part in path.relative_to(root).parts)  # .ipynb_checkpoints etc.
         )
         if not files:
             raise DataError(
