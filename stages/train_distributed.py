@@ -17,9 +17,11 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -125,7 +127,10 @@ def train_data_parallel(config: TrainConfig, splits_path: Path, out_dir: Path):
         if result_file.exists():
             results[rank] = json.loads(result_file.read_text())
     if finished.returncode != 0 or len(results) != config.nproc:
-        report = _failure_report(config.nproc, results, launch_dir, finished)
+        # A failed stage's output folder is discarded; the logs are kept outside it for the post-mortem.
+        kept = Path(tempfile.mkdtemp(prefix="quantgate-train-launch-"))
+        shutil.copytree(launch_dir, kept, dirs_exist_ok=True)
+        report = _failure_report(config.nproc, results, kept, finished)
         raise _rank_error_class(report)(report)
     digests = {str(rank): results[rank]["weights_sha256"] for rank in sorted(results)}
     if len(set(digests.values())) != 1:

@@ -1,6 +1,7 @@
 """Multi-process training failures: a failing rank is reported with the tail of its own log."""
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,9 @@ def test_a_failing_rank_raises_with_the_tail_of_its_log(stage_dirs, tmp_path, mo
     assert "rank(s) [1] failed, rank(s) [0] were stopped by the launcher" in message
     assert "simulated failure on rank 1" in message  # from rank 1's own log
     assert "workerlog.1" in message
+    kept = Path(message.split("full logs in ")[1].split("\n")[0])  # outside the discarded stage folder
+    assert "simulated failure on rank 1" in (kept / "workerlog.1").read_text()
+    shutil.rmtree(kept.parent)
     assert not (tmp_path / "weights.npz").exists()
 
 
