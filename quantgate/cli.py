@@ -189,6 +189,8 @@ def report_error(exc: QuantgateError) -> None:
 def main(argv: list[str] | None = None) -> int:
     # The embedded Prefect server would try to send usage telemetry; a CLI run stays offline.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # Its first start creates the database; Prefect's 20 s default is too short on a busy machine.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     args = build_parser().parse_args(argv)
     handlers = {"run": command_run, "config": command_config, "versions": command_versions,
                 **release_commands.HANDLERS}
