@@ -19,7 +19,7 @@ from quantgate.config import TrainConfig
 from quantgate.stages import amp
 from quantgate.stages.checkpoints import file_sha256, load_training_state, save_training_state
 from quantgate.stages.data import load_splits
-from quantgate.stages.errors import TrainingDiverged
+from quantgate.stages.errors import ResumeMismatch, TrainingDiverged
 from quantgate.stages.grad_step import BufferSnapshot, apply_update
 from quantgate.stages.models import build_model
 from quantgate.stages.op_precision import OP_PRECISION_FILE, op_precision_record, operator_stats
@@ -101,7 +101,7 @@ def train(config: TrainConfig, splits_path: Path, out_dir: Path, checkpoints: Ch
           resume_from: Path | None = None) -> TrainResult:
     """Train `config.architecture` on the train split and write float32 weights (parameters and buffers such as
     BatchNorm statistics), per-step records and reference logits. With `config.nproc` > 1 the training runs
-    data-parallel in that many processes (see train_distributed).
+    data-parallel in that many processes (see train_distributed), without per-epoch checkpoints.
 
     With `checkpoints`, the full training state is saved after every epoch; with `resume_from`
     (a checkpoint folder whose sha256 the caller has verified), training continues after that
@@ -117,7 +117,10 @@ def train(config: TrainConfig, splits_path: Path, out_dir: Path, checkpoints: Ch
     if config.nproc > 1:
         from quantgate.stages.train_distributed import train_data_parallel
 
-        return train_data_parallel(config, splits_path, out_dir)
+        if resume_from is not None:
+            raise ResumeMismatch(f"train.nproc={config.nproc}: resuming continues single-process training only; "
+                                 "resume with train.nproc=1")
+        return train_data_parallel(config, splits_path, out_dir)  # no per-epoch checkpoints across processes
     splits = load_splits(splits_path)
     splits_sha256 = file_sha256(Path(splits_path))
     paddle.seed(config.seed)

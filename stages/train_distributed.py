@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,7 @@ from quantgate.stages.errors import DistributedTrainingFailed, StageError
 
 LAUNCH_DIR = "launch"  # inside the stage's output: launcher logs and one result file per rank
 LOG_TAIL_LINES = 40
+QUANTGATE_ERROR = re.compile(r"quantgate\.stages\.errors\.(\w+): ")
 
 
 def weights_sha256(weights: dict[str, np.ndarray]) -> str:
@@ -64,15 +66,17 @@ def _failure_report(nproc: int, results: dict, launch_dir: Path, finished: subpr
     unfinished = [rank for rank in range(nproc) if rank not in results] or list(range(nproc))
     logs = {rank: launch_dir / "logs" / f"workerlog.{rank}" for rank in unfinished}
     launcher_log = finished.stdout + finished.stderr
-    # The launcher names the container that failed first and then terminates the others (SIGTERM).
+    # The cause is the rank that raised a quantgate error; else the one the launcher saw fail first.
+    # The others then fail too (their collective calls lose a peer) or are terminated by the launcher.
+    raised = [rank for rank in unfinished if QUANTGATE_ERROR.search(_log_tail(logs[rank]))]
     reported = {int(rank) for rank in re.findall(r"Container rank (\d+) status failed", launcher_log)}
-    shown = [rank for rank in unfinished if rank in reported] or unfinished
+    shown = raised or [rank for rank in unfinished if rank in reported] or unfinished
     stopped = sorted(set(unfinished) - set(shown))
     tails = "\n".join(f"--- rank {rank} ({logs[rank]}), last lines:\n{_log_tail(logs[rank])}" for rank in shown)
     launcher_tail = "\n".join(launcher_log.splitlines()[-10:])
     return (
         f"data-parallel training on {nproc} processes failed (launcher exit {finished.returncode}): rank(s) {shown} "
-        "failed" + (f", rank(s) {stopped} were stopped by the launcher" if stopped else "")
+        "failed" + (f", rank(s) {stopped} stopped with them" if stopped else "")
         + f"; full logs in {launch_dir / 'logs'}\n{tails}\n--- launcher, last lines:\n{launcher_tail}"
     )
 
@@ -80,7 +84,7 @@ def _failure_report(nproc: int, results: dict, launch_dir: Path, finished: subpr
 def _rank_error_class(report: str) -> type[StageError]:
     """The quantgate error a rank raised (e.g. TrainingDiverged, ModelError), so N processes fail like one;
     DistributedTrainingFailed when the rank died of something else."""
-    for name in re.findall(r"quantgate\.stages\.errors\.(\w+): ", report):
+    for name in QUANTGATE_ERROR.findall(report):
         found = getattr(stage_errors, name, None)
         if isinstance(found, type) and issubclass(found, StageError):
             return found
@@ -194,14 +198,21 @@ def _average_running_statistics(model, world_size: int) -> int:
 
 
 def run_worker(config: TrainConfig, splits_path: Path, out_dir: Path) -> None:
-    """One rank: train on its shard, then write its weights digest (and, on rank 0, the weights and steps)."""
+    """One rank: train on its shard, then write its weights digest (and, on rank 0, the weights and steps).
+
+    The step is the single-process one (`grad_step.apply_update`: unscale, skip on inf/NaN, clip,
+    step); the gradients it sees are already all-reduced, so every rank takes the same decision.
+    """
     import paddle
     import paddle.distributed as dist
     import paddle.nn.functional as F
 
     from quantgate.stages import amp
     from quantgate.stages.data import load_splits
+    from quantgate.stages.grad_step import BufferSnapshot, apply_update
     from quantgate.stages.models import build_model
+    from quantgate.stages.op_precision import OP_PRECISION_FILE, op_precision_record, operator_stats
+    from quantgate.stages.scaler_accounting import STEP_COLUMNS, ScalerAccounting
     from quantgate.stages.train import STEPS_FILE, WEIGHTS_FILE, DivergenceWatch, _check_finite
 
     dist.init_parallel_env()
@@ -213,31 +224,36 @@ def run_worker(config: TrainConfig, splits_path: Path, out_dir: Path) -> None:
     model, optimizer = amp.decorate(model, optimizer, config.amp)
     scaler = amp.grad_scaler(config.amp)
     watch = DivergenceWatch(config.max_nonfinite_steps, config.learning_rate)
-    probe = amp.OutputDtypeProbe(model)
-    parallel = paddle.DataParallel(model)
-    parallel.train()
     sampler = paddle.io.DistributedBatchSampler(
         _ArrayDataset(splits.y_train), batch_size=config.batch_size, num_replicas=world_size, rank=rank, shuffle=True
     )
+    accounting = ScalerAccounting(config, config.epochs * len(sampler), scaler.is_enable())
+    trainable = [param for param in model.parameters() if not param.stop_gradient]
+    probe = amp.OutputDtypeProbe(model)
+    parallel = paddle.DataParallel(model)
+    parallel.train()
 
-    rows, step = [], 0
+    step, ops = 0, {}
     for epoch in range(1, config.epochs + 1):
         sampler.set_epoch(config.seed * 100_003 + epoch)  # the same permutation on every rank, new each epoch
         for batch in sampler:
             images = paddle.to_tensor(splits.x_train[batch])
             labels = paddle.to_tensor(splits.y_train[batch])
-            with amp.autocast(config.amp):
-                loss = F.cross_entropy(parallel(images), labels)
+            before = BufferSnapshot(model)
+            with operator_stats() if step == 0 else nullcontext() as counted:
+                with amp.autocast(config.amp):
+                    loss = F.cross_entropy(parallel(images), labels)
             if step == 0:
                 probe.remove()
+                ops = counted
             scale_used = amp.loss_scale(scaler)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
+            scaler.scale(loss).backward()  # DataParallel all-reduces the gradients here
+            outcome = apply_update(scaler, optimizer, trainable, config.grad_clip_norm, before)
             optimizer.clear_grad()
             step += 1
-            loss_value = float(loss.astype("float32"))
-            rows.append((step, epoch, loss_value, scale_used, config.learning_rate))
+            loss_value = float(loss.astype("float32"))  # this rank's shard
+            accounting.record(step, epoch, loss_value, scale_used, outcome.skipped,
+                              outcome.grad_norm, outcome.grad_norm_clipped)
             watch.observe(step, loss_value)
     averaged = _average_running_statistics(model, world_size)
 
@@ -251,17 +267,23 @@ def run_worker(config: TrainConfig, splits_path: Path, out_dir: Path) -> None:
         "running_statistics_averaged": averaged,
     }
     if rank == 0:
+        record = amp.amp_record(config.amp, scaler, probe)
         np.savez(out_dir / WEIGHTS_FILE, **weights)
         with open(out_dir / STEPS_FILE, "w", newline="") as handle:
             writer = csv.writer(handle)
-            writer.writerow(["step", "epoch", "loss", "loss_scale", "learning_rate"])
-            writer.writerows(rows)
-        final_losses = [row[2] for row in rows[-max(1, len(rows) // config.epochs):]]
+            writer.writerow(STEP_COLUMNS)
+            writer.writerows(row.as_tuple() for row in accounting.rows)
+        (out_dir / OP_PRECISION_FILE).write_text(json.dumps(
+            op_precision_record(ops, record.effective, record.reason, record.device), indent=2, sort_keys=True))
+        final_losses = [row.loss for row in accounting.rows[-len(sampler):]]
         result["metrics"] = {
             "steps": step,
             "final_epoch_loss_mean": float(np.mean(final_losses)),  # rank 0's shard
             "loss_scale_final": amp.loss_scale(scaler),
-            "amp": {**amp.amp_record(config.amp, scaler, probe).as_dict(), "weights_source": weights_source},
+            "scaler": accounting.summary(amp.loss_scale(scaler)),
+            "resumed_from_epoch": None,
+            "epochs_trained_in_this_run": config.epochs,
+            "amp": {**record.as_dict(), "weights_source": weights_source},
         }
     # Written last and atomically: its presence means this rank finished.
     target = out_dir / LAUNCH_DIR / f"rank{rank}.json"

@@ -29,6 +29,7 @@ def test_two_process_training_ends_with_identical_weights_recorded_in_the_manife
     # Each rank saw its own shard (DistributedBatchSampler): half of the 1,257 training digits, in batches of 64.
     steps = (version_dir / "train" / "steps.csv").read_text().splitlines()[1:]
     assert len(steps) == train["metrics"]["steps"] == math.ceil(math.ceil(1257 / 2) / 64)
+    assert train["metrics"]["scaler"]["steps"] == len(steps) and train["metrics"]["scaler"]["skipped_steps"] == 0
 
     record = json.loads((version_dir / "version.json").read_text())
     assert record["status"] == "passed" and record["config"]["train"]["nproc"] == 2

@@ -26,13 +26,21 @@ def test_a_failing_rank_raises_with_the_tail_of_its_log(stage_dirs, tmp_path, mo
     with pytest.raises(ModelError) as caught:  # the error rank 1 raised, as one process would have
         train(config, stage_dirs.splits, tmp_path)
     message = str(caught.value)
-    assert "rank(s) [1] failed, rank(s) [0] were stopped by the launcher" in message
+    assert "rank(s) [1] failed, rank(s) [0] stopped with them" in message
     assert "simulated failure on rank 1" in message  # from rank 1's own log
     assert "workerlog.1" in message
     kept = Path(message.split("full logs in ")[1].split("\n")[0])  # outside the discarded stage folder
     assert "simulated failure on rank 1" in (kept / "workerlog.1").read_text()
     shutil.rmtree(kept.parent)
     assert not (tmp_path / "weights.npz").exists()
+
+
+def test_resuming_is_single_process_only(stage_dirs, tmp_path):
+    from quantgate.stages.errors import ResumeMismatch
+
+    with pytest.raises(ResumeMismatch, match="resume with train.nproc=1"):
+        train(TrainConfig(nproc=2), stage_dirs.splits, tmp_path, resume_from=tmp_path / "checkpoint")
+    assert list(tmp_path.iterdir()) == []  # refused before launching anything
 
 
 def test_a_rank_killed_by_something_else_is_a_distributed_failure():
