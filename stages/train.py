@@ -78,7 +78,7 @@ def _check_finite(weights: dict[str, np.ndarray], learning_rate: float) -> None:
         )
 
 
-def _reference_logits(architecture, weights, num_classes, input_shape, images) -> np.ndarray:
+def _reference_logits(weights, num_classes, input_shape, images, architecture: str = ARCHITECTURE) -> np.ndarray:
     """float32 eval-mode logits of the shipped weights, the reference the export is checked against."""
     model = build_model(architecture, num_classes, input_shape)
     model.set_state_dict({name: paddle.to_tensor(array) for name, array in weights.items()})
@@ -179,7 +179,7 @@ def train(config: TrainConfig, splits_path: Path, out_dir: Path, checkpoints: Ch
     out_dir = Path(out_dir)
     np.savez(out_dir / WEIGHTS_FILE, **weights)
     np.save(out_dir / REFERENCE_LOGITS_FILE,
-            _reference_logits(config.architecture, weights, splits.num_classes, splits.input_shape, splits.x_test))
+            _reference_logits(weights, splits.num_classes, splits.input_shape, splits.x_test, config.architecture))
     with open(out_dir / STEPS_FILE, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(STEP_COLUMNS)

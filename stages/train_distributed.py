@@ -149,7 +149,7 @@ def train_data_parallel(config: TrainConfig, splits_path: Path, out_dir: Path):
         raise DistributedTrainingFailed(f"{WEIGHTS_FILE} does not match the digest rank 0 reported")
     splits = load_splits(splits_path)
     np.save(out_dir / REFERENCE_LOGITS_FILE,
-            _reference_logits(config.architecture, weights, splits.num_classes, splits.input_shape, splits.x_test))
+            _reference_logits(weights, splits.num_classes, splits.input_shape, splits.x_test, config.architecture))
     rank0 = results[0]
     metrics = {
         **rank0["metrics"],
