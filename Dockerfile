@@ -66,6 +66,7 @@ COPY flows ./flows
 COPY stages ./stages
 COPY artifacts ./artifacts
 COPY examples ./examples
+COPY benchmarks/amp_gpu.py ./benchmarks/amp_gpu.py
 RUN pip install --no-deps -e . \
     && python -c "import paddle; assert paddle.is_compiled_with_cuda(), 'paddlepaddle-gpu was replaced by a CPU build'"
 
