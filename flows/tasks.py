@@ -18,6 +18,7 @@ from prefect.cache_policies import NO_CACHE
 from quantgate.artifacts import ArtifactStore, CheckpointRef, StageRef, VersionRef
 from quantgate.config import DataConfig, EvaluateConfig, GatePolicy, QuantizeConfig, TrainConfig
 from quantgate.flows.evidence import gate_evidence, release_baseline
+from quantgate.flows.stage_logs import stage_logs_to_prefect
 from quantgate.stages.convert import FP32_FILE, INT8_FILE, OPSET, PADDLE2ONNX_INT8_FILE, convert
 from quantgate.stages.data import SPLITS_FILE, prepare_data
 from quantgate.stages.evaluate import evaluate
@@ -42,7 +43,7 @@ def run_stage(
     """Verify the inputs, run `work(input_dirs, out_dir)` in a staging folder, commit it, return its ref."""
     store = ArtifactStore(store_root)
     input_dirs = {name: store.verify_stage(ref) for name, ref in inputs.items()}
-    with store.write_stage(version, stage, config, inputs) as writer:
+    with stage_logs_to_prefect(), store.write_stage(version, stage, config, inputs) as writer:
         result = work(input_dirs, writer.dir)
         writer.metrics.update(result.metrics)
     get_run_logger().info("%s %s committed: %s", version.version, stage, writer.ref.path)

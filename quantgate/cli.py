@@ -113,6 +113,9 @@ def command_run(args: argparse.Namespace) -> int:
     store = ArtifactStore(store_root)  # refuses an unwritable root before any training
     if args.resume:
         check_resume(store, config, args.resume)
+    from quantgate.flows.prefect_api import check_prefect_api
+
+    check_prefect_api()  # an unreachable PREFECT_API_URL: exit 3 naming the setting, before a version exists
     from quantgate.flows.release import release
 
     started = time.perf_counter()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,8 @@ import onnxruntime as ort
 
 from quantgate.config import EvaluateConfig
 from quantgate.stages.data import load_splits
+
+log = logging.getLogger(__name__)
 
 PREDICTIONS_FILE = "predictions.npz"
 WARMUP_RUNS = 3
@@ -81,6 +84,8 @@ def evaluate(
     predicted = {name: values.argmax(axis=1) for name, values in logits.items()}
     fp32_logits, int8_logits = logits["fp32"], logits["int8"]
     fp32_pred, int8_pred = predicted["fp32"], predicted["int8"]
+    log.info("evaluate: predicted %d test samples with %s; timing %d runs per model",
+             len(labels), ", ".join(models), config.latency_repeats)
     np.savez(Path(out_dir) / PREDICTIONS_FILE, labels=labels, fp32_pred=fp32_pred, int8_pred=int8_pred,
              fp32_logits=fp32_logits, int8_logits=int8_logits)
 

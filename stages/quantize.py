@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,8 +16,10 @@ from quantgate.config import QuantizeConfig
 from quantgate.stages.data import load_splits
 from quantgate.stages.errors import QuantizationError
 from quantgate.stages.export import MODEL_FILE, PARAMS_FILE  # the INT8 model keeps the FP32 file names
+from quantgate.stages.progress import Progress
 from quantgate.stages.static_graph import load_program, op_counts, static_mode
 
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -64,12 +68,20 @@ def quantize_with_images(
         QuantizationError: `images` is too small for the requested batches, or nothing was quantized.
     """
     batches = calibration_batches(len(images), config)
+    started = time.perf_counter()
+    log.info("quantize: PaddleSlim %s calibration on %d batches of %d samples", config.algo, batches, config.batch_size)
 
     with static_mode():
         fp32 = load_program(Path(model_dir) / Path(model_file).stem)
 
-        def calibration_feed():
+        passes = 0
+
+        def calibration_feed():  # PaddleSlim iterates it once per calibration pass ('hist' and 'KL' make two)
+            nonlocal passes
+            passes += 1
+            progress = Progress(log, f"quantize calibration pass {passes}, batch", batches, every_s=5.0)
             for index in range(batches):
+                progress.step(index + 1)
                 yield {fp32.feeds[0]: images[index * config.batch_size : (index + 1) * config.batch_size]}
 
         scope = paddle.static.Scope()  # fresh, so runs in one process never see each other's variables
@@ -98,6 +110,7 @@ def quantize_with_images(
         raise QuantizationError(
             "PaddleSlim inserted no quantize_linear op: the model has no quantizable conv/matmul layers"
         )
+    log.info("quantize: %d quantize_linear ops inserted in %.1f s", counts["quantize_linear"], time.perf_counter() - started)
     return QuantizeResult(
         model_file=MODEL_FILE,
         params_file=PARAMS_FILE,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 import time
 from contextlib import AbstractContextManager, nullcontext
@@ -23,6 +24,7 @@ from quantgate.stages.errors import ResumeMismatch, TrainingDiverged
 from quantgate.stages.grad_step import BufferSnapshot, apply_update
 from quantgate.stages.models import build_model
 from quantgate.stages.op_precision import OP_PRECISION_FILE, op_precision_record, operator_stats
+from quantgate.stages.progress import Progress
 from quantgate.stages.scaler_accounting import STEP_COLUMNS, ScalerAccounting
 from quantgate.stages.training_scalars import VISUALDL_DIR, write_visualdl_scalars
 
@@ -30,6 +32,8 @@ WEIGHTS_FILE = "weights.npz"
 STEPS_FILE = "steps.csv"
 REFERENCE_LOGITS_FILE = "reference_logits.npy"
 ARCHITECTURE = "digits_cnn"  # the default of train.architecture
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -144,7 +148,9 @@ def train(config: TrainConfig, splits_path: Path, out_dir: Path, checkpoints: Ch
     step, started, ops = start_epoch * steps_per_epoch, time.perf_counter(), {}
     first_step = step
     samples_per_second: dict[int, float] = {}  # steps run by this process (a resumed run's earlier ones were not)
+    progress = Progress(log, "train epoch", config.epochs)
     for epoch in range(start_epoch + 1, config.epochs + 1):
+        epoch_started, epoch_losses = time.perf_counter(), []
         for batch in _batches(len(splits.y_train), config.batch_size, rng):
             step_started = time.perf_counter()
             images = paddle.to_tensor(splits.x_train[batch])
@@ -166,6 +172,10 @@ def train(config: TrainConfig, splits_path: Path, out_dir: Path, checkpoints: Ch
             accounting.record(step, epoch, loss_value, scale_used, outcome.skipped,
                               outcome.grad_norm, outcome.grad_norm_clipped)
             watch.observe(step, loss_value)
+            epoch_losses.append(loss_value)
+        progress.step(epoch, f"loss {np.mean(epoch_losses):.4f}, "
+                      f"{len(splits.y_train) / (time.perf_counter() - epoch_started):.0f} samples/s, "
+                      f"loss scale {amp.loss_scale(scaler):g}")
         if checkpoints is not None:
             with checkpoints(checkpoint_name(epoch)) as folder:
                 save_training_state(folder, model, optimizer, scaler, rng, config=config,

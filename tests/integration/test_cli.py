@@ -35,6 +35,7 @@ def test_run_releases_then_a_failing_gate_exits_non_zero_and_moves_nothing(home)
     assert "quantgate digits-cnn/v1: gate PASSED" in passed.stdout
     assert f"stored in {store / 'digits-cnn' / 'versions' / 'v1'}" in passed.stdout
     assert "effective: False" in passed.stdout and "aliases   latest, release" in passed.stdout
+    assert "train epoch 3/3: loss" in passed.stderr  # stage progress reaches the console through Prefect's logging
 
     failed = quantgate("run", "--store", str(store), *TINY_RUN, "--set", "gate.min_int8_accuracy=100",
                        "--learning-rate", "1e-9", "--epochs", "1", home=home)

@@ -1,0 +1,32 @@
+"""Progress lines for long stages, through the standard `logging` module.
+
+Stages never import Prefect: they log to `quantgate.stages.<stage>`, and the flow routes those
+records into the Prefect run's logs (see `quantgate.flows.stage_logs`); outside a flow they go
+wherever the caller's logging configuration sends them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+
+class Progress:
+    """Logs `what i/total` for the first and last step, and for steps at least `every_s` seconds apart."""
+
+    def __init__(self, log: logging.Logger, what: str, total: int, every_s: float = 0.0):
+        self.log = log
+        self.what = what
+        self.total = total
+        self.every_s = every_s
+        self.started = time.perf_counter()
+        self.last_logged: float | None = None
+
+    def step(self, done: int, detail: str = "") -> None:
+        now = time.perf_counter()
+        due = self.last_logged is None or done >= self.total or now - self.last_logged >= self.every_s
+        if not due:
+            return
+        self.last_logged = now
+        suffix = f": {detail}" if detail else ""
+        self.log.info("%s %d/%d%s (%.1f s)", self.what, done, self.total, suffix, now - self.started)
