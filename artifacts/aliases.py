@@ -4,12 +4,15 @@ An alias file (<model>/aliases/<alias>.json) names the version it points at, whe
 moved, and where it pointed before, so a release can be traced and rolled back.
 """
 
-import json
 from pathlib import Path
 
+from . import locks
 from .errors import ArtifactCorrupt, InvalidName
-from .manifest import canonical_json, replace_file, utc_now
+from .manifest import read_sealed, replace_file, sealed_json, utc_now
 from .names import NAME_PATTERN, check_version
+
+# Held while an alias is read, changed and written, so concurrent moves are never lost.
+LOCK_NAME = ".lock"
 
 
 def read_alias(path: Path, store_root: Path) -> str | None:
@@ -18,30 +21,42 @@ def read_alias(path: Path, store_root: Path) -> str | None:
     Raises:
         ArtifactCorrupt: the file is not a valid alias record.
     """
+    shown = path.relative_to(store_root).as_posix()
+    hint = "set the alias again with set_alias (or run `quantgate fsck` to see what else changed)"
     try:
-        return check_version(json.loads(path.read_bytes())["version"])
+        data = path.read_bytes()
     except FileNotFoundError:
         return None
-    except (ValueError, KeyError, TypeError, InvalidName) as exc:
+    record = read_sealed(data, f"alias file {shown}", hint)
+    try:
+        return check_version(record["version"])
+    except (KeyError, TypeError, InvalidName) as exc:
         raise ArtifactCorrupt(
             f"alias file {path.relative_to(store_root).as_posix()} is not a valid alias record ({exc!r}); "
             "set the alias again with set_alias"
         ) from exc
 
 
-def write_alias(aliases_dir: Path, model: str, alias: str, version: str, reason: str, store_root: Path) -> None:
-    """Point `alias` at `version` by atomically replacing its file in `aliases_dir`."""
+def write_alias(aliases_dir: Path, model: str, alias: str, version: str, reason: str,
+                store_root: Path) -> str | None:
+    """Point `alias` at `version` by atomically replacing its file; return the version it pointed at."""
     aliases_dir.mkdir(exist_ok=True)
     path = aliases_dir / f"{alias}.json"
-    record = {
-        "model": model,
-        "alias": alias,
-        "version": version,
-        "updated_at": utc_now(),
-        "reason": reason,
-        "previous_version": read_alias(path, store_root),
-    }
-    replace_file(path, canonical_json(record))
+    with locks.lock_file(aliases_dir / LOCK_NAME):
+        try:
+            previous = read_alias(path, store_root)
+        except ArtifactCorrupt:
+            previous = None  # setting the alias again is how a damaged alias file is fixed
+        record = {
+            "model": model,
+            "alias": alias,
+            "version": version,
+            "updated_at": utc_now(),
+            "reason": reason,
+            "previous_version": previous,
+        }
+        replace_file(path, sealed_json(record))
+    return previous
 
 
 def aliases_by_version(aliases_dir: Path, store_root: Path) -> dict[str, tuple[str, ...]]:
@@ -51,5 +66,8 @@ def aliases_by_version(aliases_dir: Path, store_root: Path) -> dict[str, tuple[s
         # Temporary files start with "." and so never match the name rules.
         for path in sorted(aliases_dir.glob("*.json")):
             if NAME_PATTERN.fullmatch(path.stem) and ".." not in path.stem:
-                found.setdefault(read_alias(path, store_root), []).append(path.stem)
+                try:
+                    found.setdefault(read_alias(path, store_root), []).append(path.stem)
+                except ArtifactCorrupt:
+                    continue  # a damaged alias names no version; fsck reports it, listings go on
     return {version: tuple(names) for version, names in found.items()}

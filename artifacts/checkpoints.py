@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import locks
 from .errors import ArtifactCorrupt, ArtifactError, ArtifactExists
 from .manifest import (
     MANIFEST_NAME,
@@ -56,26 +57,32 @@ class CheckpointWriter:
         self._version, self._stage, self._name, self._target = version, stage, name, target
         self._label = f"checkpoint {name!r} of stage {stage!r} of model {version.model!r} {version.version}"
         self.ref: CheckpointRef | None = None
+        self._lock: int | None = None
 
     def __enter__(self) -> "CheckpointWriter":
         if self._target.exists():
             raise ArtifactExists(f"{self._label} is already committed and immutable; use a new checkpoint name")
         try:
             self.dir.mkdir(parents=True)
+            self._lock = locks.hold(self.dir)  # fsck: a staging folder nobody holds is a crash's leftover
         except OSError as exc:
             raise ArtifactError(f"cannot create a staging folder for {self._label}: {exc.strerror or exc}") from exc
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> bool:
-        if exc_type is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            return False
         try:
-            self._commit()
-        except BaseException:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            raise
-        return False
+            if exc_type is not None:
+                shutil.rmtree(self.dir, ignore_errors=True)
+                return False
+            try:
+                self._commit()
+            except BaseException:
+                shutil.rmtree(self.dir, ignore_errors=True)
+                raise
+            return False
+        finally:
+            locks.release(self._lock)
+            self._lock = None
 
     def _commit(self) -> None:
         files = {}

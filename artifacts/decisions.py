@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from .errors import ArtifactCorrupt
-from .manifest import canonical_json, utc_now, write_new_file
+from .manifest import sealed_json, utc_now, write_new_file
 
 DECISIONS_DIR = "decisions"
 
@@ -28,7 +28,7 @@ def append_decision(version_dir: Path, record: dict) -> Path:
     while True:
         target = folder / f"{number:04d}.json"
         try:
-            write_new_file(target, canonical_json({**record, "decision": number, "decided_at": utc_now()}))
+            write_new_file(target, sealed_json({**record, "decision": number, "decided_at": utc_now()}))
             return target
         except FileExistsError:
             number += 1  # another process took this number first

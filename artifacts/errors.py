@@ -18,7 +18,14 @@ class ArtifactNotFound(ArtifactError):
 
 
 class ArtifactCorrupt(ArtifactError):
-    """Stored bytes no longer match the digests recorded when they were committed."""
+    """Stored bytes no longer match the digests recorded when they were committed.
+
+    `kind` names the damage for fsck: missing-file, extra-file, hash-mismatch or malformed-manifest.
+    """
+
+    def __init__(self, message: str, kind: str = "malformed-manifest"):
+        super().__init__(message)
+        self.kind = kind
 
 
 class ArtifactExists(ArtifactError):
@@ -33,5 +40,14 @@ class StoreNotWritable(ArtifactError):
 
 class InvalidName(ArtifactError):
     """A model, stage, alias or version name breaks the naming rules (bad input: exit code 2)."""
+
+    exit_code = 2
+
+
+class StoreFull(ArtifactError):
+    """The store's disk, quota or file-size limit ran out while writing (exit code 2).
+
+    What was half-written is removed; committed stages stay and a rerun reuses them.
+    """
 
     exit_code = 2

@@ -5,6 +5,8 @@ content always hashes to the same digest. Files are written under a temporary na
 target folder and renamed into place, so a reader sees either nothing or the whole file.
 """
 
+import errno
+import fcntl
 import hashlib
 import importlib.metadata
 import json
@@ -16,7 +18,8 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import ArtifactError
+from . import locks
+from .errors import ArtifactCorrupt, ArtifactError
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -29,8 +32,12 @@ TRACKED_LIBRARIES = (
     "onnxruntime",
     "prefect",
     "numpy",
+    "scikit-learn",
     "quantgate",
 )
+# Every record the store writes carries the sha256 of its own canonical body under this key,
+# so one flipped byte in a manifest, version record or alias file is detected on read.
+SEAL_KEY = "record_sha256"
 _CHUNK_BYTES = 1 << 20
 
 
@@ -81,6 +88,42 @@ def canonical_json(value: object) -> bytes:
     """Sorted, indented, strict JSON with a trailing newline: equal content, equal bytes."""
     text = json.dumps(value, sort_keys=True, indent=2, allow_nan=False)
     return (text + "\n").encode("utf-8")
+
+
+def sealed_json(record: dict) -> bytes:
+    """canonical_json of `record` plus SEAL_KEY: the sha256 of the canonical record without it."""
+    body = {key: value for key, value in record.items() if key != SEAL_KEY}
+    return canonical_json({**body, SEAL_KEY: sha256_bytes(canonical_json(body))})
+
+
+def read_sealed(data: bytes, where: str, hint: str) -> dict:
+    """Parse a record written by `sealed_json` and prove it is byte for byte what was written.
+
+    Raises:
+        ArtifactCorrupt: not a JSON object, not in canonical form, or its seal does not match;
+            the message names `where` and ends with `hint`.
+    """
+    try:
+        record = json.loads(data)
+    except ValueError as exc:
+        raise ArtifactCorrupt(f"{where} is not valid JSON ({exc}); {hint}") from exc
+    if not isinstance(record, dict):
+        raise ArtifactCorrupt(f"{where} holds a {type(record).__name__}, not a JSON object; {hint}")
+    try:
+        canonical = canonical_json(record)
+    except ValueError as exc:  # NaN or Infinity smuggled in
+        raise ArtifactCorrupt(f"{where} holds a value strict JSON refuses ({exc}); {hint}") from exc
+    if canonical != data:
+        raise ArtifactCorrupt(f"{where} changed after it was written (its bytes are not the canonical JSON "
+                              f"the store writes); {hint}")
+    # Records written before sealing existed carry no seal; the canonical check above still holds.
+    if SEAL_KEY in record:
+        body = {key: value for key, value in record.items() if key != SEAL_KEY}
+        actual = sha256_bytes(canonical_json(body))
+        if actual != record[SEAL_KEY]:
+            raise ArtifactCorrupt(f"{where} changed after it was written: its content hashes to sha256 {actual}, "
+                                  f"its seal says {record[SEAL_KEY]}; {hint}")
+    return record
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -146,20 +189,30 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_temp(target: Path, data: bytes, mode: int) -> Path:
+TEMP_SUFFIX = ".tmp"
+
+
+def _write_temp(target: Path, data: bytes, mode: int) -> tuple[Path, int]:
+    """A flushed temporary copy of `data` next to `target`, and an fd holding its flock.
+
+    The lock, held until the caller publishes the file, tells fsck the file is in use; a
+    temporary file without it was left by a crash.
+    """
     # Same folder as the target: a rename is only atomic within one filesystem.
-    fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent)
     temp = Path(temp_name)
     try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        remaining = memoryview(data)
+        while remaining:
+            remaining = remaining[os.write(fd, remaining):]
+        os.fsync(fd)
         os.chmod(temp, mode)
     except BaseException:
         temp.unlink(missing_ok=True)
+        os.close(fd)
         raise
-    return temp
+    return temp, fd
 
 
 def write_new_file(target: Path, data: bytes) -> None:
@@ -168,23 +221,30 @@ def write_new_file(target: Path, data: bytes) -> None:
     Raises:
         FileExistsError: `target` already exists; it is left untouched.
     """
-    temp = _write_temp(target, data, 0o444)
+    temp, fd = _write_temp(target, data, 0o444)
     try:
         # os.link refuses an existing target in the same step that publishes the file, so two
         # writers can never both win, which an exists-check before os.replace cannot promise.
         os.link(temp, target)
     finally:
         temp.unlink(missing_ok=True)
+        locks.release(fd)
     fsync_dir(target.parent)
 
 
 def replace_file(target: Path, data: bytes) -> None:
     """Atomically write `data` to `target`, replacing any previous content in one step."""
-    temp = _write_temp(target, data, 0o644)
+    temp, fd = _write_temp(target, data, 0o644)
     try:
         os.replace(temp, target)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
+    finally:
+        locks.release(fd)
     fsync_dir(target.parent)
+
+
+# The errors a full disk, a quota or a file-size limit produce.
+OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 

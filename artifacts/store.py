@@ -13,22 +13,24 @@ aliases are the one mutable thing, and each change replaces the whole file in on
 appends a line to the model's audit log under the same lock.
 """
 
-import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from . import locks, reuse
 from .aliases import aliases_by_version, read_alias, write_alias
 from .audit import AUDIT_FILE, append_line, current_actor, locked_log, read_log
 from .checkpoints import CheckpointRef, CheckpointWriter, checkpoint_folder, committed_checkpoints, verify_checkpoint_files
 from .decisions import append_decision, read_decisions
 from .lineage import walk_lineage
 from .errors import ArtifactCorrupt, ArtifactError, ArtifactExists, ArtifactNotFound, StoreNotWritable
-from .manifest import MANIFEST_NAME, canonical_json, sha256_bytes, to_json_safe, utc_now, write_new_file
+from .manifest import MANIFEST_NAME, OUT_OF_SPACE, read_sealed, sealed_json, sha256_bytes, to_json_safe, utc_now, write_new_file
 from .names import NAME_PATTERN, VERSION_PATTERN, StageRef, VersionInfo, VersionRef
 from .names import check_alias, check_model, check_stage, check_version, version_number
 from .verify import REBUILD_HINT, read_pinned_manifest, verify_stage_files
-from .writer import StageWriter
+from .writer import StageWriter, storage_error
 
 VERSION_RECORD = "version.json"
 
@@ -75,6 +77,18 @@ class ArtifactStore:
             ) from exc
         return VersionRef(model, f"v{number}", str(versions_dir / f"v{number}"))
 
+    @contextmanager
+    def hold_version(self, version_ref: VersionRef) -> Iterator[None]:
+        """Mark the version as being written for the block (a flock on its folder).
+
+        `fsck` reports an unfinalized version nobody holds as interrupted, one that is held as running.
+        """
+        fd = locks.hold(Path(self.version(version_ref.model, version_ref.version).path))
+        try:
+            yield
+        finally:
+            locks.release(fd)
+
     def version(self, model: str, version: str) -> VersionRef:
         """The existing `version` of `model`.
 
@@ -101,22 +115,26 @@ class ArtifactStore:
     def versions(self, model: str | None = None) -> list[VersionInfo]:
         """Every version of `model` (of all models if None), sorted by model, then version number.
 
-        An unknown model has no versions, so it yields an empty list.
+        An unknown model has no versions, so it yields an empty list. A damaged version record
+        shows as status "corrupt" and a damaged alias file is left out; `fsck` explains both.
 
         Raises:
             InvalidName: `model` breaks the naming rules.
-            ArtifactCorrupt: a version record or alias file is not valid JSON.
         """
         models = [check_model(model)] if model is not None else self.models()
         infos = []
         for name in models:
             aliases = aliases_by_version(self._model_dir(name) / "aliases", self.root)
             for version in self._version_names(name):
-                record = self._version_record(name, version)
+                try:
+                    record = self._version_record(name, version)
+                    status = record.get("status", "incomplete")
+                except ArtifactCorrupt as exc:  # one damaged record must not hide the others; fsck explains
+                    record, status = {"error": str(exc)}, "corrupt"
                 infos.append(VersionInfo(
                     model=name,
                     version=version,
-                    status=record.get("status", "incomplete"),
+                    status=status,
                     aliases=aliases.get(version, ()),
                     record=record,
                     stages=tuple(self._committed_stages(name, version)),
@@ -152,25 +170,24 @@ class ArtifactStore:
             },
         )
         try:
-            write_new_file(version_dir / VERSION_RECORD, canonical_json(final))
+            write_new_file(version_dir / VERSION_RECORD, sealed_json(final))
         except FileExistsError as exc:
             raise ArtifactExists(
                 f"model {ref.model!r} {ref.version} is already finalized ({self._relative(version_dir / VERSION_RECORD)} "
                 "exists) and its record is immutable; create a new version instead"
             ) from exc
         except OSError as exc:
-            raise ArtifactError(
-                f"cannot write {self._relative(version_dir / VERSION_RECORD)}: {exc.strerror or exc}; "
-                "check that the store is writable"
-            ) from exc
+            raise storage_error(exc, f"writing {self._relative(version_dir / VERSION_RECORD)}") from exc
 
     # -- stages -----------------------------------------------------------------------------
 
     def write_stage(self, version_ref: VersionRef, stage: str, config: dict,
-                    inputs: dict[str, StageRef]) -> StageWriter:
+                    inputs: dict[str, StageRef], input_digest: str | None = None,
+                    reused_from: dict | None = None) -> StageWriter:
         """A context manager whose folder (`writer.dir`) becomes stage `stage` on a clean exit.
 
-        Fill `writer.metrics` inside the block; read `writer.ref` after it.
+        Fill `writer.metrics` inside the block; read `writer.ref` after it. `input_digest`
+        (from `input_digest()`) is recorded so later runs can reuse the stage.
 
         Raises:
             InvalidName: `stage` breaks the naming rules.
@@ -199,7 +216,71 @@ class ArtifactStore:
                     "pass the .ref of a committed stage writer or store.stage_ref(...)"
                 )
             read_pinned_manifest(self._stage_dir(input_ref), input_ref, self.root)
-        return StageWriter(ref, stage, safe_config, dict(inputs), target, Path(ref.path) / VERSION_RECORD, self.root)
+        return StageWriter(ref, stage, safe_config, dict(inputs), target, Path(ref.path) / VERSION_RECORD, self.root,
+                           input_digest=input_digest, reused_from=reused_from)
+
+    def input_digest(self, stage: str, config: dict, inputs: dict[str, StageRef], environment: dict) -> str:
+        """The digest of everything that decides `stage`'s output (see artifacts/reuse.py).
+
+        `environment` holds what the store cannot see: the stage's code version, the device.
+
+        Raises:
+            the errors of read_manifest, for any input.
+        """
+        manifests = {name: self.read_manifest(ref) for name, ref in inputs.items()}
+        return reuse.input_digest(check_stage(stage), to_json_safe(config, "config"), manifests, environment)
+
+    def find_reusable(self, model: str, stage: str, input_digest: str) -> StageRef | None:
+        """The newest committed `stage` of any version of `model` with this input digest whose files
+        all verify, or None. Damaged candidates are skipped (fsck reports them), never reused.
+        """
+        for version in reversed(self._version_names(model)):
+            stage_dir = self._model_dir(model) / "versions" / version / check_stage(stage)
+            found = reuse.candidate_manifest(stage_dir, self.root)
+            if found is None or found[1].get("input_digest") != input_digest:
+                continue
+            ref = StageRef(model, version, stage, str(stage_dir), sha256_bytes(found[0]))
+            try:
+                self.verify_stage(ref)
+            except ArtifactError:
+                continue
+            return ref
+        return None
+
+    def reuse_stage(self, version_ref: VersionRef, stage: str, config: dict, inputs: dict[str, StageRef],
+                    source: StageRef, input_digest: str) -> StageRef:
+        """Commit `stage` of a version from `source`'s verified files (hard links when possible).
+
+        The manifest keeps the source's metrics and says `reused_from`; the files are re-hashed
+        on commit like any stage's.
+
+        Raises:
+            the errors of write_stage and verify_stage.
+        """
+        source_dir, source_manifest = self._verified(source)
+        reused_from = {"version": source.version, "manifest_sha256": source.manifest_sha256}
+        with self.write_stage(version_ref, stage, config, inputs, input_digest, reused_from) as writer:
+            reuse.link_or_copy(source_dir, sorted(source_manifest["files"]), writer.dir)
+            writer.metrics.update(source_manifest["metrics"])
+        return writer.ref
+
+    def verify_version(self, model: str, version: str) -> dict:
+        """Check a finalized version end to end: its record, each stage's manifest and every file.
+
+        Returns the version record.
+
+        Raises:
+            ArtifactNotFound: the version does not exist or is not finalized.
+            ArtifactCorrupt: the record, a manifest or a file does not match what was committed.
+        """
+        ref = self.version(model, version)
+        record = self._version_record(model, version)
+        if not record:
+            raise ArtifactNotFound(f"model {model!r} {version} is not finalized (no {VERSION_RECORD}); "
+                                   "only a finished run can be used")
+        for stage, manifest_sha256 in sorted(record.get("stages", {}).items()):
+            self._verified(StageRef(model, version, stage, str(Path(ref.path) / stage), manifest_sha256))
+        return record
 
     def stage_ref(self, version_ref: VersionRef, stage: str) -> StageRef:
         """A ref to the committed `stage` of a version, pinned to its current manifest digest.
@@ -288,8 +369,11 @@ class ArtifactStore:
     # -- aliases ----------------------------------------------------------------------------
 
     def set_alias(self, model: str, alias: str, version: str, reason: str = "", action: str = "set",
-                  actor: str | None = None) -> None:
-        """Point `alias` of `model` at a finalized `version`, replacing its old target atomically.
+                  actor: str | None = None) -> str | None:
+        """Point `alias` of `model` at a finalized, intact `version`; return where it pointed before.
+
+        The move is appended to the model's audit log (who, when, from, to, why, action) while
+        the log's lock is held, so concurrent moves are serialized and each line's "from" is true.
 
         The move is appended to the model's audit log (who, when, from, to, why, action) while
         the log's lock is held, so concurrent moves are serialized and each line's "from" is true.
@@ -298,6 +382,8 @@ class ArtifactStore:
             InvalidName: a name breaks the naming rules.
             ArtifactNotFound: the version does not exist.
             ArtifactError: the version is not finalized yet, or the store is not writable.
+            ArtifactCorrupt: a file of the version no longer matches its manifest.
+            StoreFull: the store ran out of space.
         """
         check_alias(alias)
         ref = self.version(model, version)
@@ -308,20 +394,23 @@ class ArtifactStore:
                 f"(no {VERSION_RECORD}); finalize it first or choose a finalized version "
                 f"({', '.join(finalized) or 'none yet'})"
             )
+        self.verify_version(model, version)
         aliases_dir = self._model_dir(model) / "aliases"
         try:
             with locked_log(self._model_dir(model) / AUDIT_FILE) as log:
-                previous = read_alias(aliases_dir / f"{alias}.json", self.root)
-                write_alias(aliases_dir, model, alias, version, str(reason), self.root)
+                previous = write_alias(aliases_dir, model, alias, version, str(reason), self.root)
                 append_line(log, {
                     "at": utc_now(), "who": actor or current_actor(), "model": model, "alias": alias,
                     "from": previous, "to": version, "why": str(reason), "action": action,
                 })
         except OSError as exc:
+            if exc.errno in OUT_OF_SPACE:
+                raise storage_error(exc, f"moving alias {alias!r} of model {model!r}") from exc
             raise ArtifactError(
                 f"cannot move alias {alias!r} of model {model!r} in {self._model_dir(model)}: "
                 f"{exc.strerror or exc}; check that the store is writable"
             ) from exc
+        return previous
 
     def audit_log(self, model: str) -> list[dict]:
         """Every alias move of `model`, oldest first.
@@ -439,11 +528,10 @@ class ArtifactStore:
     def _version_record(self, model: str, version: str) -> dict:
         path = self._model_dir(model) / "versions" / version / VERSION_RECORD
         try:
-            return json.loads(path.read_bytes())
+            data = path.read_bytes()
         except FileNotFoundError:
             return {}
-        except ValueError as exc:
-            raise ArtifactCorrupt(f"version record {self._relative(path)} is not valid JSON ({exc}); {REBUILD_HINT}") from exc
+        return read_sealed(data, f"version record {self._relative(path)}", REBUILD_HINT)
 
     def _stage_dir(self, ref: StageRef) -> Path:
         return self._model_dir(ref.model) / "versions" / check_version(ref.version) / check_stage(ref.stage)
@@ -462,7 +550,7 @@ def _prepare_root(root: Path) -> Path:
         root.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=root)
         os.close(fd)
-        os.unlink(probe)
+        Path(probe).unlink(missing_ok=True)  # a concurrent `fsck --repair` may have taken it already
     except OSError as exc:
         raise StoreNotWritable(
             f"artifact store {root.absolute()} is not writable ({exc.strerror or exc}); "

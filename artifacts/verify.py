@@ -5,11 +5,10 @@ passes both checks holds exactly the bytes that were committed. Callers load pic
 files only after this passes, which is why nothing here deserializes a stage file.
 """
 
-import json
 from pathlib import Path
 
 from .errors import ArtifactCorrupt, ArtifactNotFound
-from .manifest import MANIFEST_NAME, list_entries, sha256_bytes, sha256_file
+from .manifest import MANIFEST_NAME, list_entries, read_sealed, sha256_bytes, sha256_file
 from .names import StageRef
 
 REBUILD_HINT = "re-run the pipeline to produce a new version; committed data is never repaired in place"
@@ -35,7 +34,7 @@ def read_pinned_manifest(stage_dir: Path, ref: StageRef, store_root: Path) -> by
     if actual != ref.manifest_sha256:
         raise ArtifactCorrupt(
             f"{shown} of model {ref.model!r} {ref.version} changed after it was committed: "
-            f"expected sha256 {ref.manifest_sha256}, got {actual}; {REBUILD_HINT}"
+            f"expected sha256 {ref.manifest_sha256}, got {actual}; {REBUILD_HINT}", kind="hash-mismatch",
         )
     return data
 
@@ -48,8 +47,9 @@ def verify_stage_files(stage_dir: Path, ref: StageRef, manifest_bytes: bytes, st
             file is missing or changed, or an unlisted file is present.
     """
     where = f"model {ref.model!r} {ref.version} stage {ref.stage!r}"
+    shown_manifest = (stage_dir / MANIFEST_NAME).relative_to(store_root).as_posix()
+    manifest = read_sealed(manifest_bytes, f"{shown_manifest} of {where}", REBUILD_HINT)
     try:
-        manifest = json.loads(manifest_bytes)
         listed = {relpath: entry["sha256"] for relpath, entry in manifest["files"].items()}
         described = (manifest["model"], manifest["version"], manifest["stage"])
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -65,12 +65,12 @@ def verify_stage_files(stage_dir: Path, ref: StageRef, manifest_bytes: bytes, st
     if missing:
         raise ArtifactCorrupt(
             f"{shown(missing[0])} of {where} is missing: expected sha256 {listed[missing[0]]}, "
-            f"found no file; {REBUILD_HINT}"
+            f"found no file; {REBUILD_HINT}", kind="missing-file",
         )
     if extra:
         raise ArtifactCorrupt(
             f"{shown(extra[0])} in {where} is not listed in its manifest (expected no file, found one); "
-            f"remove it or {REBUILD_HINT}"
+            f"remove it or {REBUILD_HINT}", kind="extra-file",
         )
     for relpath, expected in sorted(listed.items()):
         path = stage_dir / relpath
@@ -79,6 +79,6 @@ def verify_stage_files(stage_dir: Path, ref: StageRef, manifest_bytes: bytes, st
         if actual != f"sha256 {expected}":
             raise ArtifactCorrupt(
                 f"{shown(relpath)} of {where} does not match its manifest: expected sha256 {expected}, "
-                f"got {actual}; {REBUILD_HINT}"
+                f"got {actual}; {REBUILD_HINT}", kind="hash-mismatch",
             )
     return manifest

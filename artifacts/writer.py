@@ -8,11 +8,13 @@ import time
 import uuid
 from pathlib import Path
 
-from .errors import ArtifactError, ArtifactExists
+from . import locks
+from .errors import ArtifactError, ArtifactExists, StoreFull
 from .manifest import (
     MANIFEST_NAME,
+    OUT_OF_SPACE,
     SCHEMA_VERSION,
-    canonical_json,
+    sealed_json,
     fsync_dir,
     library_versions,
     list_entries,
@@ -25,6 +27,21 @@ from .manifest import (
 from .names import StageRef, VersionRef
 
 
+STAGING_PREFIX = ".staging-"
+
+
+def storage_error(exc: OSError, doing: str) -> ArtifactError:
+    """The store error for an OSError met while `doing` something: StoreFull when space ran out."""
+    if exc.errno in OUT_OF_SPACE:
+        return StoreFull(
+            f"the artifact store ran out of space while {doing} ({exc.strerror or exc}); nothing half-written "
+            "was kept and no alias moved: free space (or raise the file-size limit) and run again; "
+            "completed stages are reused"
+        )
+    return ArtifactError(f"cannot finish {doing}: {exc.strerror or exc} ({exc.filename}); "
+                         "check that the store is writable, then run again")
+
+
 class StageWriter:
     """The staging folder of one stage; a clean exit of its with-block commits it.
 
@@ -34,9 +51,13 @@ class StageWriter:
     """
 
     def __init__(self, version: VersionRef, stage: str, config: dict, inputs: dict[str, StageRef],
-                 target: Path, version_record: Path, store_root: Path):
-        self.dir = target.parent / f".staging-{stage}-{uuid.uuid4().hex}"
+                 target: Path, version_record: Path, store_root: Path, input_digest: str | None = None,
+                 reused_from: dict | None = None):
+        self.dir = target.parent / f"{STAGING_PREFIX}{stage}-{uuid.uuid4().hex}"
         self.metrics: dict = {}
+        self._input_digest = input_digest
+        self._reused_from = reused_from
+        self._lock: int | None = None
         self._version = version
         self._stage = stage
         self._config = config
@@ -67,6 +88,8 @@ class StageWriter:
     def __enter__(self) -> "StageWriter":
         try:
             self.dir.mkdir()
+            # Held until commit or clean-up; fsck treats an unlocked staging folder as a crash's leftover.
+            self._lock = locks.hold(self.dir)
         except OSError as exc:
             raise ArtifactError(
                 f"cannot create the staging folder {self._relative(self.dir)} for {self._label}: "
@@ -77,21 +100,24 @@ class StageWriter:
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> bool:
-        if exc_type is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            return False  # let the caller's exception propagate unchanged
         try:
-            self._commit()
-        except OSError as exc:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            raise ArtifactError(
-                f"cannot commit {self._label}: {exc.strerror or exc} ({exc.filename}); "
-                "check that the store is writable and has free space, then run the stage again"
-            ) from exc
-        except BaseException:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            raise
-        return False
+            if exc_type is not None:
+                shutil.rmtree(self.dir, ignore_errors=True)
+                if isinstance(exc, OSError) and exc.errno in OUT_OF_SPACE:
+                    raise storage_error(exc, f"writing {self._label}") from exc
+                return False  # let the caller's exception propagate unchanged
+            try:
+                self._commit()
+            except OSError as exc:
+                shutil.rmtree(self.dir, ignore_errors=True)
+                raise storage_error(exc, f"committing {self._label}") from exc
+            except BaseException:
+                shutil.rmtree(self.dir, ignore_errors=True)
+                raise
+            return False
+        finally:
+            locks.release(self._lock)
+            self._lock = None
 
     def _commit(self) -> None:
         metrics = to_json_safe(self.metrics, "metrics")
@@ -103,6 +129,8 @@ class StageWriter:
             "stage": self._stage,
             "config": self._config,
             "inputs": self._inputs,
+            "input_digest": self._input_digest,
+            "reused_from": self._reused_from,
             "files": files,
             "metrics": metrics,
             "libraries": dict(library_versions()),
@@ -110,7 +138,7 @@ class StageWriter:
             "finished_at": utc_now(),
             "duration_s": round(time.monotonic() - self._started, 6),
         }
-        data = canonical_json(manifest)
+        data = sealed_json(manifest)
         manifest_path = self.dir / MANIFEST_NAME
         with open(manifest_path, "xb") as file:
             file.write(data)

@@ -8,10 +8,11 @@ from __future__ import annotations
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from quantgate.artifacts import ArtifactExists, ArtifactStore, CheckpointRef, StageRef, VersionRef
+from quantgate.artifacts import ArtifactError, ArtifactExists, ArtifactStore, CheckpointRef, StageRef, VersionRef
 from quantgate.config import PipelineConfig
 from quantgate.flows.report import publish_report
 from quantgate.flows.tasks import (
+    check_calibration_size,
     convert_task,
     data_task,
     evaluate_task,
@@ -46,6 +47,8 @@ def version_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str,
         "architecture": manifests["train"]["metrics"]["architecture"],
         "preprocessing": manifests["data"]["metrics"].get("preprocessing"),
         "stage_seconds": {stage: manifests[stage]["duration_s"] for stage in refs},
+        "reused": {stage: manifests[stage]["reused_from"]["version"] for stage in refs
+                   if manifests[stage].get("reused_from")},
         "config": config.model_dump(mode="json"),
     }
 
@@ -59,6 +62,8 @@ def record_error(store: ArtifactStore, version: VersionRef, config: PipelineConf
         exc.add_note(f"version {version.model}/{version.version} is recorded with status 'error' in {version.path}")
     except ArtifactExists:
         pass  # publish finalized it before failing; that record stands
+    except ArtifactError as record_failed:  # e.g. the disk is still full: the version stays 'incomplete'
+        exc.add_note(f"version {version.model}/{version.version} stays incomplete ({record_failed})")
 
 
 @task(name="publish", retries=0, cache_policy=NO_CACHE)
@@ -82,11 +87,14 @@ def resume_checkpoint(store: ArtifactStore, model: str, version: str | None) -> 
 
 
 @flow(name="release", validate_parameters=True)
-def release(config: PipelineConfig = PipelineConfig(), store: str | None = None, resume: str | None = None) -> str:
+def release(config: PipelineConfig = PipelineConfig(), store: str | None = None, resume: str | None = None,
+            reuse: bool = True) -> str:
     """Train, quantize and gate one new version; returns its name, or raises GateFailed.
 
     With `resume` (a version such as "v3"), training continues from that version's latest
     checkpoint in the new version, instead of starting from freshly initialised weights.
+    With `reuse`, a stage whose inputs digest matches a committed stage of an earlier version
+    is taken from there (the log says "reused from vN") instead of recomputed.
 
     Raises:
         GateFailed: the INT8 model missed the policy; the version is kept, `release` is not moved.
@@ -97,21 +105,23 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
     resume_from = resume_checkpoint(artifact_store, config.model_name, resume)  # before a version exists
     version = artifact_store.create_version(config.model_name)
     get_run_logger().info("new version %s/%s in %s", version.model, version.version, root)
-    try:
-        refs: dict[str, StageRef] = {}
-        refs["data"] = data_task(root, version, config.data)
-        refs["train"] = train_task(root, version, config.train, refs["data"], resume_from)
-        refs["export"] = export_task(root, version, refs["train"], refs["data"])
-        refs["quantize"] = quantize_task(root, version, config.quantize, refs["export"], refs["data"])
-        refs["convert"] = convert_task(root, version, refs["export"], refs["quantize"])
-        refs["evaluate"] = evaluate_task(root, version, config.evaluate, refs["convert"], refs["data"])
-        baseline = release_baseline_task(root, config.model_name)
-        refs["gate"] = gate_task(root, version, config.gate, refs["evaluate"], baseline)
-        refs["report"] = report_task(root, version, refs["train"], refs["evaluate"], refs["gate"])
-        record = publish_task(root, version, config, refs)
-    except Exception as exc:
-        record_error(artifact_store, version, config, exc)
-        raise
+    with artifact_store.hold_version(version):  # tells fsck this version is running, not interrupted
+        try:
+            refs: dict[str, StageRef] = {}
+            refs["data"] = data_task(root, version, config.data, reuse)
+            check_calibration_size(root, refs["data"], config.quantize)
+            refs["train"] = train_task(root, version, config.train, refs["data"], resume_from, reuse)
+            refs["export"] = export_task(root, version, refs["train"], refs["data"], reuse)
+            refs["quantize"] = quantize_task(root, version, config.quantize, refs["export"], refs["data"], reuse)
+            refs["convert"] = convert_task(root, version, refs["export"], refs["quantize"], reuse)
+            refs["evaluate"] = evaluate_task(root, version, config.evaluate, refs["convert"], refs["data"], reuse)
+            baseline = release_baseline_task(root, config.model_name)
+            refs["gate"] = gate_task(root, version, config.gate, refs["evaluate"], baseline)
+            refs["report"] = report_task(root, version, refs["train"], refs["evaluate"], refs["gate"])
+            record = publish_task(root, version, config, refs)
+        except Exception as exc:
+            record_error(artifact_store, version, config, exc)
+            raise
     publish_report(version, record, artifact_store.alias(version.model, "release"),
                    artifact_store.verify_stage(refs["report"]))
     if record["status"] != "passed":

@@ -2,8 +2,10 @@
 
 Tasks pass store references (paths and manifest digests), never arrays, models or sessions.
 Every input is re-hashed by the store before a stage reads it. Stages are deterministic, so
-a retry would only repeat a failure: no retries; and no cache, because a version is a fresh
-record of one run (reuse across runs is keyed on content, in the store, not by Prefect).
+a retry would only repeat a failure: no retries; and no Prefect cache, because a version is a
+fresh record of one run. Reuse across runs is keyed on content, in the store: a stage whose
+input digest (config, code version, libraries, device, input contents) matches a committed
+stage of any earlier version is committed from that stage's verified files instead of rerun.
 """
 
 from __future__ import annotations
@@ -15,8 +17,12 @@ from pathlib import Path
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+import paddle
+
 from quantgate.artifacts import ArtifactStore, CheckpointRef, StageRef, VersionRef
+from quantgate.artifacts.reuse import reuse_note
 from quantgate.config import DataConfig, EvaluateConfig, GatePolicy, QuantizeConfig, TrainConfig
+from quantgate.flows.code_version import code_digest
 from quantgate.flows.evidence import gate_evidence, release_baseline
 from quantgate.flows.stage_logs import stage_logs_to_prefect
 from quantgate.stages.convert import FP32_FILE, INT8_FILE, OPSET, PADDLE2ONNX_INT8_FILE, convert
@@ -24,12 +30,17 @@ from quantgate.stages.data import SPLITS_FILE, prepare_data
 from quantgate.stages.evaluate import evaluate
 from quantgate.stages.export import MODEL_FILE, PARAMS_FILE, export
 from quantgate.stages.gate import ReleaseBaseline, gate
-from quantgate.stages.quantize import quantize
+from quantgate.stages.quantize import calibration_batches, quantize
 from quantgate.stages.report import PER_CLASS_PLOT, REPORT_FILE, TRAINING_PLOT, report
 from quantgate.stages.train import REFERENCE_LOGITS_FILE, STEPS_FILE, WEIGHTS_FILE, train
 from quantgate.stages.training_scalars import VISUALDL_DIR
 
 STAGE_TASK = {"retries": 0, "cache_policy": NO_CACHE}
+
+
+def stage_environment(stage: str) -> dict:
+    """What decides a stage's output besides its config and inputs: its code and the device it runs on."""
+    return {"code_sha256": code_digest(f"quantgate.stages.{stage}"), "device": paddle.device.get_device()}
 
 
 def run_stage(
@@ -39,24 +50,54 @@ def run_stage(
     config: dict,
     inputs: dict[str, StageRef],
     work: Callable[[dict[str, Path], Path], object],
+    reuse: bool = True,
+    environment: dict | None = None,
 ) -> StageRef:
-    """Verify the inputs, run `work(input_dirs, out_dir)` in a staging folder, commit it, return its ref."""
+    """Reuse an earlier identical stage, or verify the inputs, run `work(input_dirs, out_dir)` in a
+    staging folder and commit it; return the committed stage's ref.
+
+    `environment` adds what else decides the output to the input digest (e.g. a resumed checkpoint).
+    """
     store = ArtifactStore(store_root)
+    digest = store.input_digest(stage, config, inputs, {**stage_environment(stage), **(environment or {})})
+    source = store.find_reusable(version.model, stage, digest) if reuse else None
+    if source is not None:
+        ref = store.reuse_stage(version, stage, config, inputs, source, digest)
+        get_run_logger().info("%s: %s", stage, reuse_note(source, digest))
+        return ref
+    # Verified right before use: nothing pickle-based is loaded from bytes the manifest does not vouch for.
     input_dirs = {name: store.verify_stage(ref) for name, ref in inputs.items()}
-    with stage_logs_to_prefect(), store.write_stage(version, stage, config, inputs) as writer:
+    with stage_logs_to_prefect(), store.write_stage(version, stage, config, inputs, input_digest=digest) as writer:
         result = work(input_dirs, writer.dir)
         writer.metrics.update(result.metrics)
-    get_run_logger().info("%s %s committed: %s", version.version, stage, writer.ref.path)
+    get_run_logger().info("%s: computed, committed %s (inputs digest %s…)", stage, writer.ref.path, digest[:12])
     return writer.ref
 
 
+def check_calibration_size(store_root: str, data: StageRef, config: QuantizeConfig) -> None:
+    """Refuse, before any training, a calibration request larger than the calibration split.
+
+    Raises:
+        QuantizationError: quantize.batch_nums x batch_size exceeds the calibration samples.
+    """
+    samples = ArtifactStore(store_root).read_manifest(data)["metrics"]["samples_calibration"]
+    calibration_batches(samples, config)
+
+
 @task(name="data", **STAGE_TASK)
-def data_task(store_root: str, version: VersionRef, config: DataConfig) -> StageRef:
+def data_task(store_root: str, version: VersionRef, config: DataConfig, reuse: bool = True) -> StageRef:
     """Load and split the dataset."""
+    # An image folder lives outside the store and may change under the same path: read it every
+    # time; the split's content then decides whether later stages can be reused.
     return run_stage(
         store_root, version, "data", config.model_dump(mode="json"), {},
-        lambda _, out: prepare_data(config, out),
+        lambda _, out: prepare_data(config, out), reuse and config.dataset == "digits",
     )
+
+
+def user_code(architecture: str) -> bool:
+    """Whether `architecture` names a user's entry point ("module:factory"), code the digest cannot see."""
+    return ":" in architecture
 
 
 def checkpoint_sink(store: ArtifactStore, version: VersionRef, stage: str) -> Callable[[str], object]:
@@ -72,7 +113,8 @@ def checkpoint_sink(store: ArtifactStore, version: VersionRef, stage: str) -> Ca
 
 @task(name="train", **STAGE_TASK)
 def train_task(
-    store_root: str, version: VersionRef, config: TrainConfig, data: StageRef, resume: CheckpointRef | None = None
+    store_root: str, version: VersionRef, config: TrainConfig, data: StageRef, resume: CheckpointRef | None = None,
+    reuse: bool = True,
 ) -> StageRef:
     """Train under AMP and keep the float32 master weights; checkpoint every epoch, or continue `resume`."""
     store = ArtifactStore(store_root)
@@ -86,7 +128,10 @@ def train_task(
                                               "checkpoint": resume.name, "manifest_sha256": resume.manifest_sha256}
         return result
 
-    ref = run_stage(store_root, version, "train", config.model_dump(mode="json"), {"data": data}, work)
+    # A resumed run starts from other weights: the checkpoint is one of its inputs.
+    resumed = {"resume_checkpoint_sha256": resume.manifest_sha256} if resume is not None else {}
+    ref = run_stage(store_root, version, "train", config.model_dump(mode="json"), {"data": data}, work,
+                    reuse and not user_code(config.architecture), environment=resumed)
     metrics = store.read_manifest(ref)["metrics"]
     amp = metrics["amp"]
     get_run_logger().info("AMP requested %s/%s, effective: %s (%s)",
@@ -99,7 +144,8 @@ def train_task(
 
 
 @task(name="export", **STAGE_TASK)
-def export_task(store_root: str, version: VersionRef, trained: StageRef, data: StageRef) -> StageRef:
+def export_task(store_root: str, version: VersionRef, trained: StageRef, data: StageRef,
+                reuse: bool = True) -> StageRef:
     """Save the FP32 inference model and check it against training."""
     architecture = ArtifactStore(store_root).read_manifest(trained)["metrics"]["architecture"]
     return run_stage(
@@ -108,12 +154,14 @@ def export_task(store_root: str, version: VersionRef, trained: StageRef, data: S
             dirs["train"] / WEIGHTS_FILE, dirs["train"] / REFERENCE_LOGITS_FILE,
             dirs["data"] / SPLITS_FILE, architecture, out,
         ),
+        reuse and not user_code(architecture),
     )
 
 
 @task(name="quantize", **STAGE_TASK)
 def quantize_task(
-    store_root: str, version: VersionRef, config: QuantizeConfig, exported: StageRef, data: StageRef
+    store_root: str, version: VersionRef, config: QuantizeConfig, exported: StageRef, data: StageRef,
+    reuse: bool = True,
 ) -> StageRef:
     """PaddleSlim post-training INT8 quantization on the calibration split."""
     return run_stage(
@@ -121,21 +169,24 @@ def quantize_task(
         lambda dirs, out: quantize(
             config, dirs["export"], MODEL_FILE, PARAMS_FILE, dirs["data"] / SPLITS_FILE, out
         ),
+        reuse,
     )
 
 
 @task(name="convert", **STAGE_TASK)
-def convert_task(store_root: str, version: VersionRef, exported: StageRef, quantized: StageRef) -> StageRef:
+def convert_task(store_root: str, version: VersionRef, exported: StageRef, quantized: StageRef,
+                 reuse: bool = True) -> StageRef:
     """paddle2onnx for both models, then INT8 lowered to onnxruntime's integer kernels."""
     return run_stage(
         store_root, version, "convert", {"opset": OPSET}, {"export": exported, "quantize": quantized},
-        lambda dirs, out: convert(dirs["export"], dirs["quantize"], MODEL_FILE, PARAMS_FILE, out),
+        lambda dirs, out: convert(dirs["export"], dirs["quantize"], MODEL_FILE, PARAMS_FILE, out), reuse,
     )
 
 
 @task(name="evaluate", **STAGE_TASK)
 def evaluate_task(
-    store_root: str, version: VersionRef, config: EvaluateConfig, converted: StageRef, data: StageRef
+    store_root: str, version: VersionRef, config: EvaluateConfig, converted: StageRef, data: StageRef,
+    reuse: bool = True,
 ) -> StageRef:
     """FP32 vs INT8 in onnxruntime on the test split."""
     return run_stage(
@@ -144,6 +195,7 @@ def evaluate_task(
             config, dirs["convert"] / FP32_FILE, dirs["convert"] / INT8_FILE, dirs["data"] / SPLITS_FILE, out,
             paddle2onnx_int8_onnx=dirs["convert"] / PADDLE2ONNX_INT8_FILE,
         ),
+        reuse,
     )
 
 
@@ -158,11 +210,12 @@ def release_baseline_task(store_root: str, model: str) -> ReleaseBaseline | None
 @task(name="gate", **STAGE_TASK)
 def gate_task(store_root: str, version: VersionRef, policy: GatePolicy, evaluated: StageRef,
               baseline: ReleaseBaseline | None = None) -> StageRef:
-    """Apply the release policy to the evaluation, its provenance and the release baseline."""
+    """Apply the release policy to the evaluation, its provenance and the release baseline (never reused:
+    the baseline is the store's current release)."""
     metrics, predictions, stale = gate_evidence(ArtifactStore(store_root), evaluated)
     return run_stage(
         store_root, version, "gate", policy.model_dump(mode="json"), {"evaluate": evaluated},
-        lambda _, out: gate(policy, metrics, out, predictions, baseline, stale),
+        lambda _, out: gate(policy, metrics, out, predictions, baseline, stale), reuse=False,
     )
 
 
@@ -182,4 +235,5 @@ def report_task(store_root: str, version: VersionRef, trained: StageRef, evaluat
         store_root, version, "report", {}, {"train": trained, "evaluate": evaluated, "gate": gated},
         lambda dirs, out: report(f"{version.model} {version.version}", evaluation, gate_record, train_metrics,
                                  dirs["train"] / STEPS_FILE, where, out),
+        reuse=False,  # the report names this version's paths
     )

@@ -15,6 +15,8 @@ from pathlib import Path
 from quantgate import release_commands
 from quantgate.config import PipelineConfig, apply_override, read_yaml, validate_config
 from quantgate.errors import ConfigError, QuantgateError
+from quantgate.fsck_command import add_parser as add_fsck_parser
+from quantgate.fsck_command import command_fsck
 from quantgate.settings import STORE_ENV, resolve_store_root
 from quantgate.stages import PIPELINE
 from quantgate.stages.gate import Criterion
@@ -45,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", metavar="VERSION",
                      help="continue training from the latest checkpoint of VERSION (e.g. v3) into a new version; "
                           "same settings except a higher train.epochs")
+    run.add_argument("--no-reuse", dest="reuse", action="store_false",
+                     help="recompute every stage, even those an earlier run computed from the same inputs")
     for flag, key in SHORTCUTS.items():
         run.add_argument(f"--{flag.replace('_', '-')}", dest=flag, metavar="VALUE", help=f"same as --set {key}=VALUE")
 
@@ -60,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     versions.add_argument("--model", help="only this model")
     versions.add_argument("--json", action="store_true", help="print JSON for scripts")
     release_commands.add_parsers(commands)  # gate, promote, rollback, log
+    add_fsck_parser(commands)
     return parser
 
 
@@ -79,8 +84,10 @@ def print_summary(info, store_root: Path, wall_seconds: float) -> None:
     record = info.record
     print(f"\nquantgate {info.model}/{info.version}: gate {record['status'].upper()}  ({wall_seconds:.1f} s)")
     seconds = record.get("stage_seconds", {})
+    reused = record.get("reused", {})
     for stage in (stage for stage in PIPELINE if stage in seconds):
-        print(f"  {stage:<9} {seconds[stage]:8.2f} s")
+        note = f"  (reused from {reused[stage]})" if stage in reused else ""
+        print(f"  {stage:<9} {seconds[stage]:8.2f} s{note}")
     metrics = record.get("metrics")
     if metrics:
         print(f"  top-1     FP32 {metrics['fp32_top1_pct']:.2f} %   INT8 {metrics['int8_top1_pct']:.2f} %   "
@@ -121,7 +128,7 @@ def command_run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     failure: QuantgateError | None = None
     try:
-        version = release(config=config, store=str(store_root), resume=args.resume)
+        version = release(config=config, store=str(store_root), resume=args.resume, reuse=args.reuse)
     except QuantgateError as exc:  # GateFailed names its version; other errors carry a note saying where
         version, failure = getattr(exc, "version", None), exc
     if version:
@@ -195,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     # Its first start creates the database; Prefect's 20 s default is too short on a busy machine.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     args = build_parser().parse_args(argv)
-    handlers = {"run": command_run, "config": command_config, "versions": command_versions,
+    handlers = {"run": command_run, "config": command_config, "versions": command_versions, "fsck": command_fsck,
                 **release_commands.HANDLERS}
     try:
         return handlers[args.command](args)

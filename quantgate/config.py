@@ -128,7 +128,8 @@ class TrainConfig(Section):
     )
     epochs: int = Field(12, ge=1, le=10_000, description="Passes over the training split.")
     batch_size: int = Field(64, ge=1, le=65_536, description="Samples per training step (per process when nproc > 1).")
-    learning_rate: float = Field(2e-3, gt=0, le=10, description="Adam learning rate.")
+    # No upper bound: a rate that blows the loss up is caught while training (TrainingDiverged).
+    learning_rate: float = Field(2e-3, gt=0, allow_inf_nan=False, description="Adam learning rate.")
     seed: int = Field(0, ge=0, description="Seed of weight initialisation and shuffling.")
     max_nonfinite_steps: int = Field(
         20, ge=1, description="Consecutive steps with a NaN/inf loss before training is declared diverged."
@@ -212,6 +213,17 @@ class PipelineConfig(Section):
             if self.data.transforms.color != "rgb":
                 raise ValueError(f"train.architecture={architecture!r} needs RGB input; set data.transforms.color: rgb")
         return self
+
+    @field_validator("model_name")
+    @classmethod
+    def _model_name_is_a_safe_path(cls, name: str) -> str:
+        # The store's own rule (it also refuses '..'), checked here so a bad name fails before any run starts.
+        from quantgate.artifacts.names import InvalidName, check_model
+
+        try:
+            return check_model(name)
+        except InvalidName as exc:
+            raise ValueError(str(exc)) from exc
 
 
 def describe_validation_error(error: ValidationError) -> list[str]:

@@ -215,7 +215,7 @@ def test_alias_is_replaced_atomically(store):
     store.set_alias("m", "latest", "v2", reason="gate passed")
     assert store.alias("m", "latest") == "v2"
     aliases_dir = store.root / "m" / "aliases"
-    assert [p.name for p in aliases_dir.iterdir()] == ["latest.json"]
+    assert sorted(p.name for p in aliases_dir.iterdir()) == [".lock", "latest.json"]  # lock file serialises moves
     record = json.loads((aliases_dir / "latest.json").read_text())
     assert record["model"] == "m" and record["alias"] == "latest" and record["version"] == "v2"
     assert record["previous_version"] == "v1" and record["reason"] == "gate passed"

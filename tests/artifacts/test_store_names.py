@@ -4,7 +4,8 @@ import pytest
 
 from quantgate.artifacts import InvalidName, StageRef
 
-BAD_NAMES = ["../etc", "/abs", "A B", "", "a..b", "Upper", ".hidden", "x/y", "a\n", "a" * 65, None]
+BAD_NAMES = ["../etc", "/abs", "A B", "", "a..b", "Upper", ".hidden", "x/y", "a\n", "a" * 65, None,
+             "a\x00b", "caf\u00e9", "-lead", "x\\y", "..", "~root"]
 
 
 @pytest.mark.parametrize("name", BAD_NAMES)
