@@ -8,6 +8,9 @@
     <root>/<model>/aliases/<alias>.json                         e.g. latest, release
     <root>/<model>/audit.jsonl                                  every alias move, appended
 
+Writers hold an flock on whatever they are building (staging folders, temporary files, the
+version folder of a running flow), so `fsck` can tell a live writer from a crash's leftovers.
+
 Versions and stages only ever appear by an atomic mkdir or rename and are never rewritten;
 aliases are the one mutable thing, and each change replaces the whole file in one step and
 appends a line to the model's audit log under the same lock.
