@@ -114,7 +114,7 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
             refs["export"] = export_task(root, version, refs["train"], refs["data"], reuse)
             refs["quantize"] = quantize_task(root, version, config.quantize, refs["export"], refs["data"], reuse)
             refs["convert"] = convert_task(root, version, refs["export"], refs["quantize"], reuse)
-            refs["evaluate"] = evaluate_task(root, version, config.evaluate, refs["convert"], refs["data"], reuse)
+            refs["evaluate"] = evaluate_task(root, version, config.evaluate, refs["convert"], refs["data"])
             baseline = release_baseline_task(root, config.model_name)
             refs["gate"] = gate_task(root, version, config.gate, refs["evaluate"], baseline)
             refs["report"] = report_task(root, version, refs["train"], refs["evaluate"], refs["gate"])

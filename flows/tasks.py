@@ -186,16 +186,15 @@ def convert_task(store_root: str, version: VersionRef, exported: StageRef, quant
 @task(name="evaluate", **STAGE_TASK)
 def evaluate_task(
     store_root: str, version: VersionRef, config: EvaluateConfig, converted: StageRef, data: StageRef,
-    reuse: bool = True,
 ) -> StageRef:
-    """FP32 vs INT8 in onnxruntime on the test split."""
+    """FP32 vs INT8 in onnxruntime on the test split (never reused: latency belongs to this run's machine)."""
     return run_stage(
         store_root, version, "evaluate", config.model_dump(mode="json"), {"convert": converted, "data": data},
         lambda dirs, out: evaluate(
             config, dirs["convert"] / FP32_FILE, dirs["convert"] / INT8_FILE, dirs["data"] / SPLITS_FILE, out,
             paddle2onnx_int8_onnx=dirs["convert"] / PADDLE2ONNX_INT8_FILE,
         ),
-        reuse,
+        reuse=False,
     )
 
 

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from quantgate import release_commands
@@ -209,6 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     except QuantgateError as exc:
         report_error(exc)
         return exc.exit_code
+    except Exception:  # noqa: BLE001 - anything unforeseen is "broke" (3), never "gate failed" (1) to a CI job
+        traceback.print_exc()
+        print("quantgate: the command broke with the error above (exit 3). "
+              "Run `quantgate fsck` to check the store, and report the traceback.", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from quantgate import cli
+
 TINY_RUN = ["--epochs", "3", "--set", "evaluate.latency_repeats=3", "--set", "gate.min_speedup=0"]
 
 
@@ -73,3 +75,14 @@ def test_unknown_dataset_and_unwritable_store_are_clear_errors(home, tmp_path):
     assert unwritable.returncode == 2
     assert str(blocker / "store") in unwritable.stderr and "--store" in unwritable.stderr
     assert "QUANTGATE_STORE" in unwritable.stderr
+
+
+def test_an_unforeseen_error_exits_3_never_1(monkeypatch, tmp_path, capsys):
+    # A CI job must not read a crash as "the gate failed": anything that is not a QuantgateError exits 3.
+    def broken(args):
+        raise KeyError("something nobody planned for")
+
+    monkeypatch.setattr(cli, "command_versions", broken)
+    assert cli.main(["versions", "--store", str(tmp_path / "store")]) == 3
+    err = capsys.readouterr().err
+    assert "KeyError: 'something nobody planned for'" in err and "broke with the error above (exit 3)" in err
