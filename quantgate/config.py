@@ -160,7 +160,7 @@ class QuantizeConfig(Section):
 class EvaluateConfig(Section):
     batch_size: int = Field(64, ge=1, description="Samples per onnxruntime call when measuring accuracy and latency.")
     threads: int = Field(2, ge=1, le=256, description="onnxruntime intra-op threads, fixed so latencies compare.")
-    latency_repeats: int = Field(30, ge=3, le=10_000, description="Timed runs per model; the median is reported.")
+    latency_repeats: int = Field(100, ge=3, le=10_000, description="Timed runs per model, in a process of their own; the median is reported.")
 
 
 class GatePolicy(Section):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,11 +11,11 @@ import onnxruntime as ort
 
 from quantgate.config import EvaluateConfig
 from quantgate.stages.data import load_splits
+from quantgate.stages.latency import measure, session
 
 log = logging.getLogger(__name__)
 
 PREDICTIONS_FILE = "predictions.npz"
-WARMUP_RUNS = 3
 
 
 @dataclass(frozen=True)
@@ -25,40 +24,10 @@ class EvaluateResult:
     metrics: dict
 
 
-def session(onnx_file: Path, threads: int) -> ort.InferenceSession:
-    """A CPU session with a fixed thread count, so latencies of the two models compare."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
-
-
 def predict(model: ort.InferenceSession, images: np.ndarray, batch_size: int) -> np.ndarray:
     name = model.get_inputs()[0].name
     logits = [model.run(None, {name: images[i : i + batch_size]})[0] for i in range(0, len(images), batch_size)]
     return np.concatenate(logits)
-
-
-def latency_ms(models: dict[str, ort.InferenceSession], batch: np.ndarray, repeats: int) -> dict[str, dict[str, float]]:
-    """Per model: median, 10th and 90th percentile wall time of one call on `batch`, after warm-up.
-
-    Each model is timed in its own block: interleaving calls would time one session while the
-    other's worker threads still spin-wait on the same cores.
-    """
-    stats = {}
-    for name, model in models.items():
-        feed = {model.get_inputs()[0].name: batch}
-        for _ in range(WARMUP_RUNS):
-            model.run(None, feed)
-        timings = []
-        for _ in range(repeats):
-            started = time.perf_counter()
-            model.run(None, feed)
-            timings.append((time.perf_counter() - started) * 1e3)
-        stats[name] = {"p10": float(np.percentile(timings, 10)), "p50": float(np.median(timings)),
-                       "p90": float(np.percentile(timings, 90))}
-    return stats
 
 
 def per_class_top1(labels: np.ndarray, predicted: np.ndarray, num_classes: int) -> list[float]:
@@ -90,7 +59,10 @@ def evaluate(
              fp32_logits=fp32_logits, int8_logits=int8_logits)
 
     batch = images[: config.batch_size]
-    latency = latency_ms(models, batch, config.latency_repeats)
+    onnx_files = {"fp32": fp32_onnx, "int8": int8_onnx}
+    if paddle2onnx_int8_onnx is not None:
+        onnx_files["paddle2onnx_int8"] = paddle2onnx_int8_onnx
+    latency = measure(onnx_files, batch, config.threads, config.latency_repeats)
     fp32_top1 = float(100.0 * np.mean(fp32_pred == labels))
     int8_top1 = float(100.0 * np.mean(int8_pred == labels))
     fp32_bytes, int8_bytes = Path(fp32_onnx).stat().st_size, Path(int8_onnx).stat().st_size
