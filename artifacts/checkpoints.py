@@ -12,7 +12,6 @@ caller may load one.
 
 import json
 import os
-import shutil
 import stat
 import uuid
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from .manifest import (
 )
 from .names import NAME_PATTERN, VersionRef, check_stage
 from .verify import REBUILD_HINT
+from .writer import close_staging
 
 CHECKPOINTS_DIR = "checkpoints"
 
@@ -71,14 +71,7 @@ class CheckpointWriter:
 
     def __exit__(self, exc_type, exc, traceback) -> bool:
         try:
-            if exc_type is not None:
-                shutil.rmtree(self.dir, ignore_errors=True)
-                return False
-            try:
-                self._commit()
-            except BaseException:
-                shutil.rmtree(self.dir, ignore_errors=True)
-                raise
+            close_staging(self.dir, self._label, self._commit, exc)
             return False
         finally:
             locks.release(self._lock)

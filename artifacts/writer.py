@@ -42,6 +42,27 @@ def storage_error(exc: OSError, doing: str) -> ArtifactError:
                          "check that the store is writable, then run again")
 
 
+def close_staging(staging: Path, label: str, commit, failure: BaseException | None) -> None:
+    """End a staging folder's with-block: commit it, or remove it and let the failure propagate.
+
+    Running out of space, while writing or while committing, becomes StoreFull; any other failure
+    inside the block propagates unchanged. The folder never outlives a failure.
+    """
+    if failure is not None:
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(failure, OSError) and failure.errno in OUT_OF_SPACE:
+            raise storage_error(failure, f"writing {label}") from failure
+        return
+    try:
+        commit()
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise storage_error(exc, f"committing {label}") from exc
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
 class StageWriter:
     """The staging folder of one stage; a clean exit of its with-block commits it.
 
@@ -101,20 +122,8 @@ class StageWriter:
 
     def __exit__(self, exc_type, exc, traceback) -> bool:
         try:
-            if exc_type is not None:
-                shutil.rmtree(self.dir, ignore_errors=True)
-                if isinstance(exc, OSError) and exc.errno in OUT_OF_SPACE:
-                    raise storage_error(exc, f"writing {self._label}") from exc
-                return False  # let the caller's exception propagate unchanged
-            try:
-                self._commit()
-            except OSError as exc:
-                shutil.rmtree(self.dir, ignore_errors=True)
-                raise storage_error(exc, f"committing {self._label}") from exc
-            except BaseException:
-                shutil.rmtree(self.dir, ignore_errors=True)
-                raise
-            return False
+            close_staging(self.dir, self._label, self._commit, exc)
+            return False  # an exception inside the block propagates unchanged
         finally:
             locks.release(self._lock)
             self._lock = None

@@ -1,8 +1,11 @@
 """Per-epoch checkpoints: committed whole or not at all, listed in order, re-hashed before use."""
 
+import errno
+
 import pytest
 
 from quantgate.artifacts import ArtifactCorrupt, ArtifactExists, ArtifactNotFound
+from quantgate.artifacts.errors import StoreFull
 
 
 def write(store, version, name, payload=b"state"):
@@ -50,3 +53,13 @@ def test_a_changed_file_is_caught_before_loading(store):
     path.write_bytes(b"evil pickle")
     with pytest.raises(ArtifactCorrupt, match="model.pdparams .* does not match its manifest"):
         store.verify_checkpoint(ref)
+
+
+def test_a_checkpoint_that_runs_out_of_space_is_store_full_and_leaves_nothing(store):
+    version = store.create_version("m")
+    with pytest.raises(StoreFull, match="ran out of space while writing checkpoint 'epoch-0001'"):
+        with store.write_checkpoint(version, "train", "epoch-0001") as writer:
+            (writer.dir / "model.pdparams").write_bytes(b"half")
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert store.checkpoints(version, "train") == []
+    assert not list((store.root / "m" / "versions" / version.version / "checkpoints" / "train").iterdir())
