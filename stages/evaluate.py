@@ -46,9 +46,10 @@ def evaluate(
     """
     splits = load_splits(splits_path)
     images, labels = splits.x_test, splits.y_test
-    models = {"fp32": session(fp32_onnx, config.threads), "int8": session(int8_onnx, config.threads)}
+    onnx_files = {"fp32": fp32_onnx, "int8": int8_onnx}
     if paddle2onnx_int8_onnx is not None:
-        models["paddle2onnx_int8"] = session(paddle2onnx_int8_onnx, config.threads)
+        onnx_files["paddle2onnx_int8"] = paddle2onnx_int8_onnx
+    models = {name: session(path, config.threads) for name, path in onnx_files.items()}
     logits = {name: predict(model, images, config.batch_size) for name, model in models.items()}
     predicted = {name: values.argmax(axis=1) for name, values in logits.items()}
     fp32_logits, int8_logits = logits["fp32"], logits["int8"]
@@ -59,9 +60,6 @@ def evaluate(
              fp32_logits=fp32_logits, int8_logits=int8_logits)
 
     batch = images[: config.batch_size]
-    onnx_files = {"fp32": fp32_onnx, "int8": int8_onnx}
-    if paddle2onnx_int8_onnx is not None:
-        onnx_files["paddle2onnx_int8"] = paddle2onnx_int8_onnx
     latency = measure(onnx_files, batch, config.threads, config.latency_repeats)
     fp32_top1 = float(100.0 * np.mean(fp32_pred == labels))
     int8_top1 = float(100.0 * np.mean(int8_pred == labels))

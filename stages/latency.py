@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from quantgate.stages.errors import StageError
+
 WARMUP_RUNS = 3
 ROUNDS = 2  # each model is timed in ROUNDS blocks, in turn, so a slow spell of the machine hits both
 
@@ -36,7 +38,7 @@ def measure(models: dict[str, Path], batch: np.ndarray, threads: int, repeats: i
     """Per model: 10th, 50th and 90th percentile wall time (ms) of one call on `batch`, in a fresh process.
 
     Raises:
-        RuntimeError: the measuring process failed; its error output is included.
+        StageError: the measuring process failed; its error output is included.
     """
     with tempfile.TemporaryDirectory(prefix="quantgate-latency-") as scratch:
         batch_file = Path(scratch) / "batch.npy"
@@ -46,7 +48,8 @@ def measure(models: dict[str, Path], batch: np.ndarray, threads: int, repeats: i
                    *[f"{name}={path}" for name, path in models.items()]]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"the latency measurement process failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+        raise StageError(f"the latency measurement process ({' '.join(command[:3])}) failed with exit "
+                         f"{done.returncode}; its error output:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout)
 
 

@@ -1,6 +1,9 @@
 import numpy as np
+import pytest
 
 from quantgate.stages.data import load_splits
+from quantgate.stages.errors import StageError
+from quantgate.stages.latency import measure
 
 
 def test_metrics_are_consistent_with_the_stored_predictions(stage_dirs):
@@ -32,3 +35,9 @@ def test_speedup_and_size_ratio_come_from_the_measured_latencies_and_files(stage
     assert metrics["model_bytes_paddle2onnx_int8"] > metrics["model_bytes_int8"]
     for model in ("fp32", "int8", "paddle2onnx_int8"):
         assert metrics[f"latency_ms_p10_{model}"] <= metrics[f"latency_ms_p50_{model}"] <= metrics[f"latency_ms_p90_{model}"]
+
+
+def test_a_latency_process_that_fails_is_a_stage_error_with_its_output(tmp_path):
+    missing = tmp_path / "missing.onnx"
+    with pytest.raises(StageError, match=r"quantgate\.stages\.latency\) failed with exit 1(.|\n)*missing\.onnx"):
+        measure({"fp32": missing}, np.zeros((1, 1, 8, 8), dtype=np.float32), threads=1, repeats=3)
