@@ -30,6 +30,7 @@ from .decisions import append_decision, read_decisions
 from .lineage import walk_lineage
 from .errors import ArtifactCorrupt, ArtifactError, ArtifactExists, ArtifactNotFound, StoreNotWritable
 from .manifest import MANIFEST_NAME, OUT_OF_SPACE, read_sealed, sealed_json, sha256_bytes, to_json_safe, utc_now, write_new_file
+from .cache import ContentCache
 from .names import NAME_PATTERN, VERSION_PATTERN, StageRef, VersionInfo, VersionRef
 from .names import check_alias, check_model, check_stage, check_version, version_number
 from .verify import REBUILD_HINT, read_pinned_manifest, verify_stage_files
@@ -504,6 +505,12 @@ class ArtifactStore:
         """
         return walk_lineage(ref, self.read_manifest, lambda model, version, stage: self._stage_dir(
             StageRef(model, version, stage, "", "")))
+
+    # -- cache ------------------------------------------------------------------------------
+
+    def cache(self, kind: str) -> ContentCache:
+        """Content-addressed results of one `kind` shared by all versions (see artifacts/cache.py)."""
+        return ContentCache(self.root, check_stage(kind))
 
     # -- internals --------------------------------------------------------------------------
 

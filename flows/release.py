@@ -42,6 +42,7 @@ def version_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str,
         "metrics": {key: evaluation[key] for key in headline},
         "amp": manifests["train"]["metrics"]["amp"],
         "scaler": manifests["train"]["metrics"]["scaler"],
+        "search": manifests["quantize"]["metrics"].get("search"),
         "data_fingerprint_sha256": manifests["data"]["metrics"]["fingerprint_sha256"],
         # What a deployment needs besides the model file: the network and the input pre-processing.
         "architecture": manifests["train"]["metrics"]["architecture"],
@@ -112,12 +113,14 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
             check_calibration_size(root, refs["data"], config.quantize)
             refs["train"] = train_task(root, version, config.train, refs["data"], resume_from, reuse)
             refs["export"] = export_task(root, version, refs["train"], refs["data"], reuse)
-            refs["quantize"] = quantize_task(root, version, config.quantize, refs["export"], refs["data"], reuse)
+            refs["quantize"] = quantize_task(root, version, config.quantize, refs["export"], refs["data"], reuse,
+                                             config.gate, config.evaluate)
             refs["convert"] = convert_task(root, version, refs["export"], refs["quantize"], reuse)
             refs["evaluate"] = evaluate_task(root, version, config.evaluate, refs["convert"], refs["data"])
             baseline = release_baseline_task(root, config.model_name)
-            refs["gate"] = gate_task(root, version, config.gate, refs["evaluate"], baseline)
-            refs["report"] = report_task(root, version, refs["train"], refs["evaluate"], refs["gate"])
+            refs["gate"] = gate_task(root, version, config.gate, refs["evaluate"], baseline, refs["quantize"])
+            refs["report"] = report_task(root, version, refs["train"], refs["evaluate"], refs["gate"],
+                                         refs["quantize"])
             record = publish_task(root, version, config, refs)
         except Exception as exc:
             record_error(artifact_store, version, config, exc)

@@ -31,6 +31,7 @@ from quantgate.stages.evaluate import evaluate
 from quantgate.stages.export import MODEL_FILE, PARAMS_FILE, export
 from quantgate.stages.gate import ReleaseBaseline, gate
 from quantgate.stages.quantize import calibration_batches, quantize
+from quantgate.stages.quantize_search import search_quantization
 from quantgate.stages.report import PER_CLASS_PLOT, REPORT_FILE, TRAINING_PLOT, report
 from quantgate.stages.train import REFERENCE_LOGITS_FILE, STEPS_FILE, WEIGHTS_FILE, train
 from quantgate.stages.training_scalars import VISUALDL_DIR
@@ -161,16 +162,34 @@ def export_task(store_root: str, version: VersionRef, trained: StageRef, data: S
 @task(name="quantize", **STAGE_TASK)
 def quantize_task(
     store_root: str, version: VersionRef, config: QuantizeConfig, exported: StageRef, data: StageRef,
-    reuse: bool = True,
+    reuse: bool = True, policy: GatePolicy | None = None, evaluate_config: EvaluateConfig | None = None,
 ) -> StageRef:
-    """PaddleSlim post-training INT8 quantization on the calibration split."""
-    return run_stage(
-        store_root, version, "quantize", config.model_dump(mode="json"), {"export": exported, "data": data},
-        lambda dirs, out: quantize(
-            config, dirs["export"], MODEL_FILE, PARAMS_FILE, dirs["data"] / SPLITS_FILE, out
-        ),
+    """PaddleSlim post-training INT8 quantization on the calibration split: one recipe ('single'), or
+    the accuracy-aware search judged by `policy` on the validation split ('search')."""
+    if config.strategy == "single":
+        return run_stage(
+            store_root, version, "quantize", config.model_dump(mode="json"), {"export": exported, "data": data},
+            lambda dirs, out: quantize(config, dirs["export"], MODEL_FILE, PARAMS_FILE, dirs["data"] / SPLITS_FILE, out),
+            reuse,
+        )
+    policy, evaluate_config = policy or GatePolicy(), evaluate_config or EvaluateConfig()
+    store = ArtifactStore(store_root)
+    # The search's verdict depends on the policy it was judged by: it is part of the stage's config.
+    stage_config = {**config.model_dump(mode="json"), "policy": policy.model_dump(mode="json"),
+                    "evaluate": evaluate_config.model_dump(mode="json")}
+    ref = run_stage(
+        store_root, version, "quantize", stage_config, {"export": exported, "data": data},
+        lambda dirs, out: search_quantization(config, policy, evaluate_config, dirs["export"],
+                                              dirs["data"] / SPLITS_FILE, out, cache=store.cache("quantize-search")),
         reuse,
     )
+    search = store.read_manifest(ref)["metrics"]["search"]
+    get_run_logger().info(
+        "INT8 search: %s; kept trial %d of %d (%s), %d FP32 layer(s), validation drop %.2f pts, %.2fx, %.0f s",
+        "passed" if search["passed"] else "NOTHING PASSED", search["kept_trial"], search["trials"],
+        search["recipe"]["algo"], len(search["float_layers"]), search["validation"]["accuracy_drop_pts"],
+        search["speedup_int8_vs_fp32"], search["wall_s"])
+    return ref
 
 
 @task(name="convert", **STAGE_TASK)
@@ -208,21 +227,26 @@ def release_baseline_task(store_root: str, model: str) -> ReleaseBaseline | None
 
 @task(name="gate", **STAGE_TASK)
 def gate_task(store_root: str, version: VersionRef, policy: GatePolicy, evaluated: StageRef,
-              baseline: ReleaseBaseline | None = None) -> StageRef:
-    """Apply the release policy to the evaluation, its provenance and the release baseline (never reused:
-    the baseline is the store's current release)."""
-    metrics, predictions, stale = gate_evidence(ArtifactStore(store_root), evaluated)
+              baseline: ReleaseBaseline | None = None, quantized: StageRef | None = None) -> StageRef:
+    """Apply the release policy to the evaluation, its provenance, the release baseline and the INT8
+    search's verdict (never reused: the baseline is the store's current release)."""
+    store = ArtifactStore(store_root)
+    metrics, predictions, stale = gate_evidence(store, evaluated)
+    search = store.read_manifest(quantized)["metrics"].get("search") if quantized is not None else None
+    inputs = {"evaluate": evaluated, **({"quantize": quantized} if quantized is not None else {})}
     return run_stage(
-        store_root, version, "gate", policy.model_dump(mode="json"), {"evaluate": evaluated},
-        lambda _, out: gate(policy, metrics, out, predictions, baseline, stale), reuse=False,
+        store_root, version, "gate", policy.model_dump(mode="json"), inputs,
+        lambda _, out: gate(policy, metrics, out, predictions, baseline, stale, search), reuse=False,
     )
 
 
 @task(name="report", **STAGE_TASK)
-def report_task(store_root: str, version: VersionRef, trained: StageRef, evaluated: StageRef, gated: StageRef) -> StageRef:
+def report_task(store_root: str, version: VersionRef, trained: StageRef, evaluated: StageRef, gated: StageRef,
+                quantized: StageRef | None = None) -> StageRef:
     """report.md and PNG plots of the run, stored in the version."""
     store = ArtifactStore(store_root)
     train_metrics, evaluation, gate_record = (store.read_manifest(ref)["metrics"] for ref in (trained, evaluated, gated))
+    search = store.read_manifest(quantized)["metrics"].get("search") if quantized is not None else None
     version_dir = Path(version.path)
     where = {
         "version": str(version_dir),
@@ -233,6 +257,6 @@ def report_task(store_root: str, version: VersionRef, trained: StageRef, evaluat
     return run_stage(
         store_root, version, "report", {}, {"train": trained, "evaluate": evaluated, "gate": gated},
         lambda dirs, out: report(f"{version.model} {version.version}", evaluation, gate_record, train_metrics,
-                                 dirs["train"] / STEPS_FILE, where, out),
+                                 dirs["train"] / STEPS_FILE, where, out, search),
         reuse=False,  # the report names this version's paths
     )

@@ -105,6 +105,12 @@ def print_summary(info, store_root: Path, wall_seconds: float) -> None:
         print(f"  scaler    loss scale {scaler['initial_scale']:g} -> {scaler['final_scale']:g} "
               f"(min {scaler['min_scale']:g}), skipped {scaler['skipped_steps']} of {scaler['steps']} steps "
               f"(limit {scaler['max_skipped_ratio']:.0%}){'' if scaler['scaler_enabled'] else ', scaler disabled'}")
+    search = record.get("search")
+    if search:
+        layers = ", ".join(search["float_layers"]) or "none"
+        print(f"  search    {'passed' if search['passed'] else 'NOTHING PASSED'} on validation: kept trial "
+              f"{search['kept_trial']} of {search['trials']} ({search['recipe']['algo']}), FP32 layers: {layers}, "
+              f"drop {search['validation']['accuracy_drop_pts']:+.2f} pts, {search['wall_s']:.1f} s; {search['stopped']}")
     for criterion in record.get("gate", {}).get("criteria", []):
         print(f"  gate      {Criterion(**criterion).describe()}")
     if record.get("error"):

@@ -73,12 +73,16 @@ class DataConfig(Section):
     transforms: TransformsConfig = Field(
         default_factory=TransformsConfig, description="image_folder pre-processing (resize, crop, color, normalize)."
     )
-    seed: int = Field(0, ge=0, description="Seed of the stratified train/calibration/test split.")
+    seed: int = Field(0, ge=0, description="Seed of the stratified train/calibration/validation/test split.")
     calibration_fraction: float = Field(
         0.15, gt=0, lt=0.5, description="Share of the data held out for INT8 calibration."
     )
     test_fraction: float = Field(
         0.2, gt=0, lt=0.5, description="Share of the data held out for the FP32 vs INT8 accuracy check."
+    )
+    validation_fraction: float = Field(
+        0.1, ge=0, lt=0.5, description="Share of the data held out for the INT8 recipe search (0: none; "
+        "quantize.strategy 'search' needs it). Taken from training data; calibration and test are not touched."
     )
 
     @model_validator(mode="after")
@@ -140,21 +144,65 @@ class TrainConfig(Section):
     amp: AmpConfig = Field(default_factory=AmpConfig, description="Mixed-precision settings.")
 
 
-class QuantizeConfig(Section):
-    algo: Literal["hist", "KL", "mse", "avg", "abs_max", "min_max"] = Field(
-        "hist", description="PaddleSlim activation calibration algorithm."
+ALGOS = Literal["hist", "KL", "mse", "avg", "abs_max", "min_max"]
+WEIGHT_QUANTIZE_TYPES = Literal["channel_wise_abs_max", "abs_max"]
+
+
+class QuantizeRecipe(Section):
+    """One PaddleSlim setting for the search to try; a field left unset keeps quantize's own value."""
+
+    algo: ALGOS | None = Field(None, description="Activation calibration algorithm.")
+    hist_percent: float | None = Field(None, gt=0, le=1, description="Percentile kept by 'hist'.")
+    bias_correction: bool | None = Field(None, description="PaddleSlim's bias correction of quantized weights.")
+    weight_quantize_type: WEIGHT_QUANTIZE_TYPES | None = Field(None, description="Per-channel or per-tensor weights.")
+
+
+DEFAULT_RECIPES = (
+    QuantizeRecipe(),  # quantize's own settings come first
+    QuantizeRecipe(algo="mse"),
+    QuantizeRecipe(algo="KL"),
+    QuantizeRecipe(algo="hist", hist_percent=0.99999),
+    QuantizeRecipe(algo="avg"),
+    QuantizeRecipe(bias_correction=True),
+)
+
+
+class SearchConfig(Section):
+    recipes: tuple[QuantizeRecipe, ...] = Field(
+        DEFAULT_RECIPES, min_length=1,
+        description="PaddleSlim settings tried in order before any layer falls back to FP32; the first is the plain PTQ.",
     )
+    max_trials: int = Field(12, ge=1, le=1000, description="Quantize-and-validate attempts at most (recipes, fall-backs, prunes).")
+    timeout_s: float = Field(1800, gt=0, description="Wall-clock budget of the search; no trial starts after it.")
+    max_float_layers: int = Field(8, ge=0, description="Layers the search may leave in FP32 at most.")
+    latency_repeats: int = Field(30, ge=3, le=10_000, description="Timed runs per trial's INT8 model (median kept).")
+
+
+class QuantizeConfig(Section):
+    strategy: Literal["single", "search"] = Field(
+        "search", description="'single': one PaddleSlim run with these settings; 'search': try recipes and FP32 "
+        "fall-backs until the gate policy holds on the validation split (quantize.search)."
+    )
+    algo: ALGOS = Field("hist", description="PaddleSlim activation calibration algorithm.")
     hist_percent: float = Field(0.9999, gt=0, le=1, description="Percentile kept by the 'hist' algorithm.")
+    bias_correction: bool = Field(False, description="PaddleSlim's bias correction of the quantized weights.")
     batch_size: int = Field(32, ge=1, description="Calibration samples per batch.")
     batch_nums: int | None = Field(
         None, ge=1, description="Calibration batches to run; null runs the whole calibration split."
     )
-    weight_quantize_type: Literal["channel_wise_abs_max", "abs_max"] = Field(
+    weight_quantize_type: WEIGHT_QUANTIZE_TYPES = Field(
         "channel_wise_abs_max", description="Per-channel or per-tensor weight scales."
     )
     skip_tensors: tuple[str, ...] = Field(
         (), description="Weight names (e.g. 'conv2d_0.w_0') whose layers PaddleSlim leaves in float."
     )
+    search: SearchConfig = Field(default_factory=SearchConfig, description="Budget and recipes of strategy 'search'.")
+
+    def with_recipe(self, recipe: QuantizeRecipe, float_layers: tuple[str, ...] = ()) -> "QuantizeConfig":
+        """These settings with `recipe`'s fields applied and `float_layers` added to skip_tensors."""
+        update = recipe.model_dump(exclude_none=True)
+        update["skip_tensors"] = tuple(dict.fromkeys((*self.skip_tensors, *float_layers)))
+        return self.model_copy(update=update)
 
 
 class EvaluateConfig(Section):
@@ -212,6 +260,13 @@ class PipelineConfig(Section):
                                  "1-channel 8x8: use dataset 'image_folder' or architecture 'digits_cnn'")
             if self.data.transforms.color != "rgb":
                 raise ValueError(f"train.architecture={architecture!r} needs RGB input; set data.transforms.color: rgb")
+        return self
+
+    @model_validator(mode="after")
+    def _search_has_a_validation_split(self) -> "PipelineConfig":
+        if self.quantize.strategy == "search" and self.data.validation_fraction == 0:
+            raise ValueError("quantize.strategy 'search' judges recipes on the validation split, and "
+                             "data.validation_fraction is 0: set it (e.g. 0.1) or use quantize.strategy 'single'")
         return self
 
     @field_validator("model_name")

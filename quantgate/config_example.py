@@ -48,9 +48,11 @@ def _lines(model: BaseModel, indent: int) -> list[str]:
 
 
 def _plain(value):
-    """Tuples become lists, so YAML writes them as sequences."""
+    """Tuples become lists, so YAML writes them as sequences; models in a list become mappings of their set fields."""
     if isinstance(value, tuple):
         return [_plain(item) for item in value]
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", exclude_none=True)
     return value
 
 

@@ -151,7 +151,9 @@ def command_gate(args: argparse.Namespace) -> int:
     except ArtifactError as exc:  # no trustworthy evaluation: decide on nothing, which fails
         metrics, predictions, stale, evaluated_digest = {}, None, (str(exc),), None
     with tempfile.TemporaryDirectory() as scratch:
-        decision = gate(policy, metrics, Path(scratch), predictions, release_baseline(store, model), stale)
+        # A version from the INT8 search keeps its search verdict (judged under the run's own policy).
+        decision = gate(policy, metrics, Path(scratch), predictions, release_baseline(store, model), stale,
+                        record.get("search"))
         gate_record = json.loads((Path(scratch) / GATE_FILE).read_text())
     where = store.record_decision(ref, {"gate": gate_record, "evaluate_manifest_sha256": evaluated_digest})
     print(f"quantgate {model}/{ref.version}: gate {'PASSED' if decision.passed else 'FAILED'} (decided again)")

@@ -1,5 +1,8 @@
 """Data stage: load the built-in digits or an image-classification folder and split it, deterministically,
-into train / calibration / test."""
+into train / calibration / validation / test.
+
+The validation split is for choices made after training (the INT8 recipe search); the test split
+stays untouched until the gate reads it."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from quantgate.stages.image_folders import load_image_folder, preprocessing_reco
 
 SPLITS_FILE = "splits.npz"
 FILES_FILE = "files.csv"  # image folders: which file went to which split, as which class
-SPLIT_NAMES = ("train", "calibration", "test")
+SPLIT_NAMES = ("train", "calibration", "validation", "test")
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,8 @@ class Splits:
     y_train: np.ndarray
     x_calibration: np.ndarray
     y_calibration: np.ndarray
+    x_validation: np.ndarray  # empty when data.validation_fraction is 0
+    y_validation: np.ndarray
     x_test: np.ndarray
     y_test: np.ndarray
 
@@ -87,7 +92,20 @@ def split_indices(labels: np.ndarray, config: DataConfig) -> dict[str, np.ndarra
     rest, test = _stratified(everything, labels, config.test_fraction, config.seed, "test")
     calibration_share = config.calibration_fraction / (1.0 - config.test_fraction)
     train, calibration = _stratified(rest, labels, calibration_share, config.seed, "calibration")
-    return {"train": np.sort(train), "calibration": np.sort(calibration), "test": np.sort(test)}
+    train, validation = _split_validation(train, labels, config)
+    return {"train": np.sort(train), "calibration": np.sort(calibration), "validation": np.sort(validation),
+            "test": np.sort(test)}
+
+
+def _split_validation(train: np.ndarray, labels: np.ndarray, config: DataConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Take the validation split out of the training split (after test and calibration, which stay as they were)."""
+    if config.validation_fraction == 0:
+        return train, np.array([], dtype=train.dtype)
+    total = len(labels) if config.test_path is None else len(train) / (1 - config.calibration_fraction)
+    share = config.validation_fraction * total / len(train)
+    if share >= 1:
+        raise DataError(f"data.validation_fraction={config.validation_fraction} leaves no training images; lower it")
+    return _stratified(train, labels, share, config.seed, "validation")
 
 
 def fingerprint(dataset: str, images: np.ndarray, labels: np.ndarray, indices: dict[str, np.ndarray]) -> str:
@@ -128,13 +146,16 @@ def _load_folders(config: DataConfig):
     everything = np.arange(len(train_folder.labels))
     train, calibration = _stratified(everything, train_folder.labels, config.calibration_fraction, config.seed,
                                      "calibration")
+    train, validation = _split_validation(train, train_folder.labels, config)
     test = np.arange(len(test_folder.labels)) + len(train_folder.labels)
     images = np.concatenate([train_folder.images, test_folder.images])
     labels = np.concatenate([train_folder.labels, test_folder.labels])
     describe.update(test_path=str(Path(config.test_path).expanduser().resolve()), test_files=len(test_folder.files),
                     test_content_sha256=test_folder.content_sha256)
     files += [f"{describe['test_path']}/{name}" for name in test_folder.files]
-    return images, labels, {"train": np.sort(train), "calibration": np.sort(calibration), "test": test}, describe, files
+    indices = {"train": np.sort(train), "calibration": np.sort(calibration), "validation": np.sort(validation),
+               "test": test}
+    return images, labels, indices, describe, files
 
 
 def _write_file_index(path: Path, files: list[str], labels: np.ndarray, indices: dict[str, np.ndarray],
@@ -165,6 +186,8 @@ def prepare_data(config: DataConfig, out_dir: Path) -> DataResult:
     else:
         raise DataError(f"unknown dataset {config.dataset!r}; built-in datasets are {sorted(DATASETS)}")
     for name in SPLIT_NAMES:
+        if name == "validation" and config.validation_fraction == 0:
+            continue
         missing = sorted(set(range(num_classes)) - set(labels[indices[name]].tolist()))
         if missing:
             raise DataError(f"the {name} split has no samples of classes {missing}; raise data.{name}_fraction")

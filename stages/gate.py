@@ -164,9 +164,21 @@ def _speedup_note(metrics: dict) -> str:
     return f"median {fp32_ms:.3g} ms FP32 / {int8_ms:.3g} ms INT8 per call"
 
 
+def _search(search: dict) -> Criterion:
+    """The INT8 search must have found a recipe that met the policy on the validation split."""
+    passed = search.get("passed") is True
+    note = (f"trial {search.get('kept_trial')} of {search.get('trials')} kept, "
+            f"{len(search.get('float_layers') or [])} FP32 layer(s); {search.get('stopped', '')}")
+    if not passed:
+        note += ": no recipe met the policy on the validation split, so no test-split result can release it"
+    return Criterion("search_validation", 1.0 if passed else 0.0, 1, ">=", "passed", passed, note=note)
+
+
 def decide(policy: GatePolicy, metrics: dict, interval: DeltaInterval | None = None,
-           release: ReleaseBaseline | None = None, stale: tuple[str, ...] = ()) -> GateDecision:
-    """Apply `policy` to the evaluation metrics, the delta's interval, the release baseline and staleness."""
+           release: ReleaseBaseline | None = None, stale: tuple[str, ...] = (),
+           search: dict | None = None) -> GateDecision:
+    """Apply `policy` to the evaluation metrics, the delta's interval, the release baseline and staleness,
+    and, when the INT8 model came from a search (`search`: its summary), to the search's verdict."""
     fp32, int8 = _number(metrics, "fp32_top1_pct"), _number(metrics, "int8_top1_pct")
     drop = None if fp32 is None or int8 is None else fp32 - int8
     criteria = (
@@ -178,6 +190,7 @@ def decide(policy: GatePolicy, metrics: dict, interval: DeltaInterval | None = N
         _criterion("stale_evidence", float(len(stale)), 0, "<=", "problems", "; ".join(stale)),
         _criterion("speedup", _number(metrics, "speedup_int8_vs_fp32"), policy.min_speedup, ">=", "x",
                    _speedup_note(metrics)),
+        *((_search(search),) if search is not None else ()),
     )
     evidence = {
         "delta_interval": None if interval is None else asdict(interval),
@@ -207,16 +220,17 @@ def _check_predictions(predictions_file: Path, metrics: dict, policy: GatePolicy
 
 
 def gate(policy: GatePolicy, evaluation_metrics: dict, out_dir: Path, predictions_file: Path | None = None,
-         release: ReleaseBaseline | None = None, stale: tuple[str, ...] = ()) -> GateDecision:
+         release: ReleaseBaseline | None = None, stale: tuple[str, ...] = (), search: dict | None = None) -> GateDecision:
     """Decide and write the decision with the policy to `out_dir/gate.json`.
 
     `predictions_file` is the evaluate stage's predictions.npz (labels, fp32_pred, int8_pred),
     `release` the current release's INT8 top-1 (None when there is no release), `stale` the
-    reasons, found by the caller, why the metrics may not belong to this version's inputs.
+    reasons, found by the caller, why the metrics may not belong to this version's inputs, and
+    `search` the quantize stage's search summary when quantize.strategy is 'search'.
     """
     interval, problems = (None, []) if predictions_file is None else _check_predictions(
         Path(predictions_file), evaluation_metrics, policy)
-    decision = decide(policy, evaluation_metrics, interval, release, (*stale, *problems))
+    decision = decide(policy, evaluation_metrics, interval, release, (*stale, *problems), search)
     record = {**decision.as_dict(), "policy": policy.model_dump(mode="json")}
     (Path(out_dir) / GATE_FILE).write_text(json.dumps(record, sort_keys=True, indent=2, allow_nan=False) + "\n")
     return decision

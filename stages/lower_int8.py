@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections import Counter
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,10 +39,12 @@ from onnxruntime.quantization.calibrate import TensorsData, save_tensors_data
 
 from quantgate.stages.errors import ConversionError
 from quantgate.stages.onnx_ops import integer_op_counts
+from quantgate.stages.scale_propagation import propagate_scales
 from quantgate.stages.static_graph import load_program, static_mode
 
 UINT8_ZERO_POINT = 128  # Paddle's symmetric int8, shifted into the uint8 range x86 kernels are fastest on
 # onnxruntime quantizes these ops' outputs with their input's parameters, so they need no scale of their own.
+LAYER_OPS = ("Conv", "MatMul", "Gemm")  # the layers PaddleSlim quantizes, named by their weight
 SAME_SCALE_OPS = ("MaxPool", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Split", "TopK")
 
 
@@ -188,6 +191,8 @@ def read_paddle_quantization(raw: onnx.ModelProto, program_scales: dict | None =
         # constant); a compute node whose output PaddleSlim left float stays float as a whole.
         outputs_scaled = all(output in activation_scales for output in node.output)
         inputs_scaled = all(name in known for name in node.input if name)
+        if node.op_type in LAYER_OPS and node.input[1] not in weight_scales:
+            inputs_scaled = False  # PaddleSlim left this layer's weight float (skip_tensor_list): so does the lowering
         if inputs_scaled and (outputs_scaled or node.op_type in SAME_SCALE_OPS):
             lowered.append(node.name)
         else:
@@ -229,6 +234,51 @@ def _drop_zero_bias_zero_points(model: onnx.ModelProto) -> onnx.ModelProto:
                 del node.input[2]
     _drop_unused_initializers(graph)
     return model
+
+
+def _shield_float_layers(model: onnx.ModelProto) -> list[str]:
+    """Keep the layers left in float (a float weight) float in onnxruntime too; returns their names.
+
+    onnxruntime's WeightBiasQuantization optimizer quantizes, per tensor and without calibration, the
+    float weights of any Conv/ConvTranspose/Gemm whose input comes from a DequantizeLinear with a
+    scalar scale, so a layer PaddleSlim skipped (for accuracy) would be quantized after all. Such a
+    layer reads instead from its own DequantizeLinear with the same scale repeated per channel:
+    the same values, a form that optimizer leaves alone.
+    """
+    graph = model.graph
+    initializers = {init.name: init for init in graph.initializer}
+    producers = {output: node for node in graph.node for output in node.output}
+    shielded = []
+    for node in list(graph.node):
+        if node.op_type not in ("Conv", "ConvTranspose", "Gemm") or len(node.input) < 2:
+            continue
+        weight, dequantize = initializers.get(node.input[1]), producers.get(node.input[0])
+        if weight is None or weight.data_type != onnx.TensorProto.FLOAT or dequantize is None \
+                or dequantize.op_type != "DequantizeLinear" or dequantize.input[1] not in initializers:
+            continue
+        scale = numpy_helper.to_array(initializers[dequantize.input[1]])
+        if scale.size != 1:
+            continue
+        attributes = {attr.name: onnx.helper.get_attribute_value(attr) for attr in node.attribute}
+        if node.op_type == "Gemm":
+            channels = weight.dims[1] if attributes.get("transB", 0) else weight.dims[0]
+        elif node.op_type == "Conv":
+            channels = weight.dims[1] * attributes.get("group", 1)
+        else:
+            channels = weight.dims[0]
+        zero_point = (numpy_helper.to_array(initializers[dequantize.input[2]]) if len(dequantize.input) > 2
+                      else np.zeros((), np.uint8))
+        prefix = f"{node.name}_float_input"
+        graph.initializer.extend([
+            numpy_helper.from_array(np.full(channels, scale.item(), np.float32), f"{prefix}_scale"),
+            numpy_helper.from_array(np.full(channels, zero_point.item(), zero_point.dtype), f"{prefix}_zero_point"),
+        ])
+        graph.node.insert(list(graph.node).index(node), onnx.helper.make_node(
+            "DequantizeLinear", [dequantize.input[0], f"{prefix}_scale", f"{prefix}_zero_point"], [prefix],
+            name=f"{prefix}_DequantizeLinear", axis=1))
+        node.input[0] = prefix
+        shielded.append(node.name)
+    return shielded
 
 
 def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
@@ -307,6 +357,9 @@ def tensor_overrides(quantization: PaddleQuantization, fold_activations: bool) -
             scale = 127 * quantization.activation_scales[output] / 255
             overrides[output] = overrides[activation_input] = [_per_tensor(QuantType.QUInt8, scale, 0)]
     for name, (scales, axis) in quantization.weight_scales.items():
+        # An all-zero channel (pruned, or a BatchNorm gamma of 0) has PaddleSlim scale 0; any scale stores its
+        # zeros exactly, and 1 keeps its int32 bias (scale = input scale x weight scale) finite and exact enough.
+        scales = np.where(scales == 0, np.float32(1), scales)
         if axis is None:
             overrides[name] = [_per_tensor(QuantType.QInt8, scales[0], 0)]
         else:
@@ -317,6 +370,16 @@ def tensor_overrides(quantization: PaddleQuantization, fold_activations: bool) -
 @dataclass(frozen=True)
 class LoweringResult:
     metrics: dict
+
+
+def quantized_layers(raw_int8_onnx: Path, paddle_model_prefix: Path | None = None) -> list[str]:
+    """Weight names of the Conv/MatMul/Gemm layers PaddleSlim quantized, in graph order (the names
+    `quantize.skip_tensors` takes)."""
+    program_scales = paddle_program_scales(paddle_model_prefix) if paddle_model_prefix is not None else None
+    quantization = read_paddle_quantization(onnx.load(str(raw_int8_onnx)), program_scales)
+    lowered = set(quantization.quantized_nodes)
+    return [node.input[1] for node in quantization.float_model.graph.node
+            if node.name in lowered and node.op_type in LAYER_OPS and node.input[1] in quantization.weight_scales]
 
 
 def lower_int8(
@@ -338,6 +401,12 @@ def lower_int8(
     raw = onnx.load(str(raw_int8_onnx))
     program_scales = paddle_program_scales(paddle_model_prefix) if paddle_model_prefix is not None else None
     quantization = read_paddle_quantization(raw, program_scales)
+    propagated = propagate_scales(quantization.float_model, quantization.activation_scales)
+    quantization = dataclasses.replace(
+        quantization, activation_scales=propagated.activation_scales,
+        quantized_nodes=(*quantization.quantized_nodes, *propagated.lowered_nodes),
+        float_nodes_with_quantized_inputs=tuple(name for name in quantization.float_nodes_with_quantized_inputs
+                                                if name not in propagated.lowered_nodes))
     node_types = {node.name: node.op_type for node in quantization.float_model.graph.node}
     folded = set(folded_activations(quantization)) if fold_activations else set()
     nodes = [name for name, node in ((node.name, node) for node in quantization.float_model.graph.node)
@@ -380,6 +449,7 @@ def lower_int8(
         finally:
             quantizer_log.setLevel(level)
     lowered = _drop_zero_bias_zero_points(onnx.load(str(out_onnx)))
+    shielded = _shield_float_layers(lowered)
     onnx.save(lowered, str(out_onnx))
     try:
         onnx.checker.check_model(lowered, full_check=True)
@@ -390,7 +460,9 @@ def lower_int8(
         "paddle_quantized_nodes": len(quantization.quantized_nodes),
         "folded_activations": len(folded),
         "float_nodes_with_quantized_inputs": list(quantization.float_nodes_with_quantized_inputs),
-        "paddle_activation_scales": len(quantization.activation_scales),
+        "float_layers_shielded_from_onnxruntime_weight_quantization": shielded,
+        "paddle_activation_scales": len(quantization.activation_scales) - len(propagated.derived_from),
+        "derived_activation_scales": propagated.derived_from,
         "paddle_weight_scales": len(quantization.weight_scales),
         "per_channel_weights": sum(axis is not None for _, axis in quantization.weight_scales.values()),
         "activation_encoding": f"uint8, zero point {UINT8_ZERO_POINT} (Paddle's symmetric int8 + 128); "

@@ -100,6 +100,7 @@ def quantize_with_images(
                 scope=scope,
                 algo=config.algo,
                 hist_percent=config.hist_percent,
+                bias_correction=config.bias_correction,
                 weight_quantize_type=config.weight_quantize_type,
                 skip_tensor_list=list(config.skip_tensors) or None,
                 onnx_format=True,
@@ -116,6 +117,9 @@ def quantize_with_images(
         params_file=PARAMS_FILE,
         metrics={
             "algo": config.algo,
+            "recipe": {name: getattr(config, name) for name in
+                       ("algo", "hist_percent", "bias_correction", "weight_quantize_type")},
+            "skip_tensors": list(config.skip_tensors),
             "calibration_batches": batches,
             "calibration_samples": min(len(images), batches * config.batch_size),
             "quantize_linear_ops": counts.get("quantize_linear", 0),

@@ -76,6 +76,39 @@ def _per_class_table(evaluation: dict) -> list[str]:
     return lines
 
 
+def _search_lines(search: dict | None) -> list[str]:
+    """What the INT8 search tried and kept, and what each FP32 layer costs in speed."""
+    if not search:
+        return []
+    validation = search.get("validation", {})
+    first = search.get("first_trial", {})
+    lines = [
+        "## INT8 recipe search (validation split)",
+        "",
+        f"- {'passed' if search.get('passed') else '**nothing passed**'}: kept trial {search.get('kept_trial')} of "
+        f"{search.get('trials')} in {_num(search.get('wall_s'), '.0f')} s ({search.get('stopped', '')})",
+        f"- plain PTQ (trial 1): drop {_num(first.get('validation', {}).get('accuracy_drop_pts'), '+.2f')} pts, "
+        f"{'passed' if first.get('passed') else 'missed the policy'}",
+        f"- kept: PaddleSlim {search.get('recipe', {})}, drop {_num(validation.get('accuracy_drop_pts'), '+.2f')} pts, "
+        f"agreement {_num(validation.get('agreement'), '.4f')}, {_num(search.get('speedup_int8_vs_fp32'), '.2f')}x vs FP32",
+        f"- calibrations from cache: {search.get('calibrations_from_cache', 0)}; "
+        f"sensitivity ranking from cache: {search.get('ranking_from_cache', False)}",
+    ]
+    costs = search.get("float_layer_costs") or []
+    if not costs:
+        return lines + ["- every quantizable layer runs in INT8"]
+    lines += ["", "| layer kept in FP32 | what FP32 costs (% of FP32 latency) | (ms) | with it in INT8 the policy | "
+              "measured against |", "|---|---:|---:|---|---|"]
+    for cost in costs:
+        passed = cost.get("int8_passed_policy")
+        against = cost.get("measured_against_trial")
+        lines.append(f"| {cost['layer']} | {_num(cost.get('latency_cost_pct_of_fp32'), '+.1f', 'not measured')} "
+                     f"| {_num(cost.get('latency_cost_ms'), '+.3f', 'not measured')} "
+                     f"| {'n/a' if passed is None else ('held' if passed else 'failed')} "
+                     f"| {'no trial had it in INT8' if against is None else f'trial {against}'} |")
+    return lines
+
+
 def _scaler_lines(scaler: dict | None) -> list[str]:
     if not scaler:
         return []
@@ -105,7 +138,7 @@ def _training_lines(train_metrics: dict) -> list[str]:
 
 
 def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metrics: dict,
-                    where: dict[str, str]) -> str:
+                    where: dict[str, str], search: dict | None = None) -> str:
     """The report as markdown; `where` maps labels to locations (paths, commands) shown at the end."""
     passed = gate_record.get("passed") is True
     outcome = ("The gate passed: this version may become `release`." if passed else
@@ -113,6 +146,7 @@ def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metri
     lines = [f"# {title}: gate {'PASSED' if passed else 'FAILED'}", "", outcome, ""]
     lines += _comparison_table(evaluation, gate_record) + [""]
     lines += _gate_table(gate_record) + [""]
+    lines += [*_search_lines(search), ""] if search else []
     lines += _per_class_table(evaluation) + [""]
     lines += _training_lines(train_metrics) + [""]
     lines += ["## Where it lives", ""] + [f"- {label}: `{value}`" for label, value in where.items()]
@@ -120,7 +154,7 @@ def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metri
 
 
 def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict, steps_csv: Path,
-           where: dict[str, str], out_dir: Path) -> ReportResult:
+           where: dict[str, str], out_dir: Path, search: dict | None = None) -> ReportResult:
     """Write report.md, training.png and per_class.png into `out_dir`.
 
     Raises:
@@ -130,6 +164,6 @@ def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict,
     training_plot(Path(steps_csv), out_dir / TRAINING_PLOT, f"{title}: training loss and loss scale")
     per_class_plot(evaluation.get("per_class_top1_pct_fp32") or [], evaluation.get("per_class_top1_pct_int8") or [],
                    out_dir / PER_CLASS_PLOT, f"{title}: top-1 per class, FP32 vs INT8")
-    (out_dir / REPORT_FILE).write_text(render_markdown(title, evaluation, gate_record, train_metrics, where))
+    (out_dir / REPORT_FILE).write_text(render_markdown(title, evaluation, gate_record, train_metrics, where, search))
     return ReportResult(REPORT_FILE, (TRAINING_PLOT, PER_CLASS_PLOT),
                         {"report_file": REPORT_FILE, "plots": [TRAINING_PLOT, PER_CLASS_PLOT]})

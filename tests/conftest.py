@@ -17,7 +17,9 @@ from quantgate.config import PipelineConfig, validate_config  # noqa: E402
 # Few epochs keep the suite fast; digits still reaches >90 % top-1 with them. The 8x8 digits CNN
 # is too small for INT8 kernels to beat FP32 (see README), so tests of everything else switch the
 # speed floor off; tests/stages/test_gate.py checks it.
-TINY = {"train": {"epochs": 3}, "evaluate": {"latency_repeats": 3}, "gate": {"min_speedup": 0.0}}
+TINY = {"train": {"epochs": 3}, "evaluate": {"latency_repeats": 3}, "gate": {"min_speedup": 0.0},
+        # one PaddleSlim run; the search (the default) has its own tests in tests/stages/test_quantize_search.py
+        "quantize": {"strategy": "single"}}
 
 
 def tiny_config(**sections) -> PipelineConfig:

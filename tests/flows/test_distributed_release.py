@@ -29,9 +29,10 @@ def test_two_process_training_ends_with_identical_weights_recorded_in_the_manife
         assert weights_sha256({name: stored[name] for name in stored.files}) == digests["0"]
     # The launcher's logs are kept, hashed, with the stage.
     assert {"launch/logs/workerlog.0", "launch/logs/workerlog.1", "launch/rank0.json", "launch/rank1.json"} <= set(train["files"])
-    # Each rank saw its own shard (DistributedBatchSampler): half of the 1,257 training digits, in batches of 64.
+    # Each rank saw its own shard (DistributedBatchSampler): half of the training digits, in batches of 64.
+    samples = json.loads((version_dir / "data" / "manifest.json").read_text())["metrics"]["samples_train"]
     steps = (version_dir / "train" / "steps.csv").read_text().splitlines()[1:]
-    assert len(steps) == train["metrics"]["steps"] == math.ceil(math.ceil(1257 / 2) / 64)
+    assert len(steps) == train["metrics"]["steps"] == math.ceil(math.ceil(samples / 2) / 64)
     assert train["metrics"]["scaler"]["steps"] == len(steps) and train["metrics"]["scaler"]["skipped_steps"] == 0
 
     record = json.loads((version_dir / "version.json").read_text())

@@ -29,9 +29,10 @@ def test_a_yaml_config_on_image_folders_records_preprocessing_and_config(tmp_pat
     config_file.write_text(yaml.safe_dump({
         "model_name": "shapes-mobilenet",
         "data": {"dataset": "image_folder", "path": str(images), "test_fraction": 0.25, "calibration_fraction": 0.25,
+                 "validation_fraction": 0.125,
                  "transforms": {"resize": 32, "center_crop": 32, "mean": [0.5], "std": [0.5]}},
         "train": {"architecture": "mobilenet_v1", "epochs": 1, "batch_size": 6},
-        "quantize": {"algo": "abs_max", "batch_size": 6},
+        "quantize": {"strategy": "single", "algo": "abs_max", "batch_size": 6},
         "evaluate": {"latency_repeats": 3},
         "gate": {"max_accuracy_drop": 100, "min_agreement": 0, "min_speedup": 0},  # plumbing, not accuracy
     }))

@@ -14,12 +14,12 @@ def test_split_is_deterministic_disjoint_and_stratified(tmp_path):
     assert (first / "splits.npz").read_bytes() == (second / "splits.npz").read_bytes()
 
     with np.load(first / "splits.npz") as stored:
-        indices = [set(stored[f"index_{name}"].tolist()) for name in ("train", "calibration", "test")]
-    assert not (indices[0] & indices[1]) and not (indices[0] & indices[2]) and not (indices[1] & indices[2])
+        indices = [set(stored[f"index_{name}"].tolist()) for name in ("train", "calibration", "validation", "test")]
+    assert all(not (a & b) for i, a in enumerate(indices) for b in indices[i + 1:])  # pairwise disjoint
     assert sum(map(len, indices)) == 1797  # every real digit is used exactly once
 
     splits = load_splits(first / "splits.npz")
-    for labels in (splits.y_train, splits.y_calibration, splits.y_test):
+    for labels in (splits.y_train, splits.y_calibration, splits.y_validation, splits.y_test):
         assert set(labels.tolist()) == set(range(10))
     assert splits.x_train.dtype == np.float32 and splits.input_shape == (1, 8, 8)
     assert 0.0 <= splits.x_test.min() and splits.x_test.max() <= 1.0

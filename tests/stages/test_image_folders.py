@@ -14,7 +14,7 @@ TRANSFORMS = {"resize": 20, "center_crop": 16, "mean": [0.5], "std": [0.5]}
 
 def folder_config(path, **extra) -> DataConfig:
     return DataConfig(dataset="image_folder", path=str(path), transforms=TRANSFORMS,
-                      test_fraction=0.25, calibration_fraction=0.25, **extra)
+                      test_fraction=0.25, calibration_fraction=0.25, validation_fraction=0.125, **extra)
 
 
 def run(config, out):
@@ -28,7 +28,7 @@ def test_a_folder_is_decoded_transformed_split_and_described(tmp_path):
     splits = load_splits(tmp_path / "a" / "splits.npz")
     assert splits.input_shape == (3, 16, 16) and splits.x_train.dtype == np.float32
     assert result.metrics["num_classes"] == 3 and result.metrics["source"]["classes"] == ["class_0", "class_1", "class_2"]
-    assert sum(result.metrics[f"samples_{name}"] for name in ("train", "calibration", "test")) == 24
+    assert sum(result.metrics[f"samples_{name}"] for name in ("train", "calibration", "validation", "test")) == 24
     for labels in (splits.y_train, splits.y_calibration, splits.y_test):
         assert set(labels.tolist()) == {0, 1, 2}
     # class_0 is red: after (x - 0.5) / 0.5 its red channel is near +1, blue near -1 (grayscale files excepted).
@@ -52,7 +52,7 @@ def test_a_folder_is_decoded_transformed_split_and_described(tmp_path):
 def test_grayscale_transform_gives_one_channel(tmp_path):
     images = write_image_folder(tmp_path / "images", classes=2, per_class=8)
     config = DataConfig(dataset="image_folder", path=str(images), test_fraction=0.25, calibration_fraction=0.25,
-                        transforms={"resize": [12, 10], "color": "grayscale"})
+                        validation_fraction=0.125, transforms={"resize": [12, 10], "color": "grayscale"})
     run(config, tmp_path / "out")
     splits = load_splits(tmp_path / "out" / "splits.npz")
     assert splits.input_shape == (1, 12, 10) and 0.0 <= splits.x_test.min() and splits.x_test.max() <= 1.0
@@ -75,7 +75,8 @@ def test_separate_train_and_test_folders(tmp_path):
     train = write_image_folder(tmp_path / "train", classes=3, per_class=8)
     test = write_image_folder(tmp_path / "test", classes=3, per_class=2, seed=1)
     result = run(folder_config(train, test_path=str(test)), tmp_path / "out")
-    assert result.metrics["samples_test"] == 6 and result.metrics["samples_train"] + result.metrics["samples_calibration"] == 24
+    assert result.metrics["samples_test"] == 6 and result.metrics["samples_validation"] == 3
+    assert result.metrics["samples_train"] + result.metrics["samples_calibration"] + result.metrics["samples_validation"] == 24
     assert result.metrics["source"]["test_files"] == 6
 
     (test / "class_2").rename(test / "other")

@@ -37,9 +37,10 @@ def image_folder(tmp_path_factory):
 def run_pipeline(architecture, images, root):
     config = validate_config({
         "data": {"dataset": "image_folder", "path": str(images), "test_fraction": 0.25, "calibration_fraction": 0.25,
+                 "validation_fraction": 0,
                  "transforms": {"resize": 32, "center_crop": 32, "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}},
         "train": {"architecture": architecture, "epochs": 1, "batch_size": 6},
-        "quantize": {"algo": "abs_max", "batch_size": 6},
+        "quantize": {"strategy": "single", "algo": "abs_max", "batch_size": 6},
         "evaluate": {"latency_repeats": 3},
         "gate": {"max_accuracy_drop": 100, "min_agreement": 0, "min_speedup": 0},  # plumbing, not accuracy
     })
@@ -84,6 +85,13 @@ def test_each_family_goes_from_training_to_a_gated_int8_onnx(architecture, image
     assert results["quantize"].metrics["quantize_linear_ops"] > 0
     int8_ops = {node.op_type for node in onnx.load(str(dirs["convert"] / "int8.onnx")).graph.node}
     assert {"QuantizeLinear", "DequantizeLinear"} <= int8_ops
+    if architecture in ("resnet18", "mobilenet_v2"):
+        # The tail (ReLU/ReLU6 -> global pool -> flatten) runs on integers with PaddleSlim's scales, as onnxruntime's
+        # own quantizer would run it: no float pool, no float clip, no dequantized feature map.
+        runtime = results["convert"].metrics["int8"]["after_onnxruntime_optimization"]["ops"]
+        assert runtime.get("QLinearGlobalAveragePool") == 1
+        assert not {"GlobalAveragePool", "Clip", "Relu", "Conv", "FusedConv"} & set(runtime)
+        assert results["convert"].metrics["int8"]["derived_activation_scales"]
     metrics = results["evaluate"].metrics
     assert metrics["test_samples"] == 6 and len(metrics["per_class_top1_pct_fp32"]) == 3
     assert results["gate"].passed

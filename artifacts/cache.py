@@ -1,0 +1,72 @@
+"""A content-addressed cache next to the versions: results that are expensive to recompute and are
+decided entirely by their inputs (PaddleSlim calibrations, layer-sensitivity rankings).
+
+An entry is a folder named by the digest of everything that decides it. It is written in a private
+staging folder and renamed into place, with a sha256 manifest of its files; a read re-hashes the
+files and treats a mismatch as a miss (the entry is set aside, never used). Entries are never
+overwritten: when two runs fill the same digest, the first rename wins and both results are equal.
+Versions never point into the cache; a stage that uses an entry copies what it keeps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from .manifest import sha256_file
+from .writer import close_staging
+
+CACHE_DIR = ".cache"  # a dot: never a model name, so listings and fsck pass it by
+ENTRY_MANIFEST = "cache-entry.json"
+
+
+class ContentCache:
+    """One kind of cached result (e.g. "ptq-calibration") under `<store>/.cache/<kind>/<digest>/`."""
+
+    def __init__(self, store_root: str | os.PathLike, kind: str):
+        self.root = Path(store_root) / CACHE_DIR / kind
+
+    def get(self, digest: str) -> Path | None:
+        """The entry's folder if it exists and its files hash as recorded; otherwise None."""
+        entry = self.root / digest
+        try:
+            recorded = json.loads((entry / ENTRY_MANIFEST).read_text())["files"]
+            if all(sha256_file(entry / name)[0] == sha for name, sha in recorded.items()):
+                return entry
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        if entry.exists():  # damaged or half-removed: keep it out of the way, for inspection
+            entry.rename(entry.with_name(f".damaged-{digest}-{uuid.uuid4().hex[:8]}"))
+        return None
+
+    @contextmanager
+    def fill(self, digest: str) -> Iterator[Path]:
+        """A staging folder to write the entry into; committed when the block ends without error."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        staging = self.root / f".staging-{digest[:16]}-{uuid.uuid4().hex[:8]}"
+        staging.mkdir()
+
+        def commit() -> None:
+            files = {path.relative_to(staging).as_posix(): sha256_file(path, fsync=True)[0]
+                     for path in sorted(staging.rglob("*")) if path.is_file()}
+            (staging / ENTRY_MANIFEST).write_text(json.dumps({"files": files}, sort_keys=True, indent=2) + "\n")
+            try:
+                staging.rename(self.root / digest)
+            except OSError:
+                if not (self.root / digest).exists():
+                    raise
+                shutil.rmtree(staging, ignore_errors=True)  # someone else filled it first: theirs stands
+
+        failure: BaseException | None = None
+        try:
+            yield staging
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            close_staging(staging, f"cache entry {self.root.name}/{digest[:12]}", commit, failure)

@@ -1,0 +1,31 @@
+"""The release flow with quantize.strategy 'search' (the default): the search's verdict and trials
+travel into the version record, the gate and the report; a rerun under another policy takes its calibrations from the
+store's cache."""
+
+import json
+
+from quantgate.artifacts import ArtifactStore
+from quantgate.flows.release import release
+from quantgate.stages.quantize_search import SEARCH_FILE
+
+
+def test_a_searched_release_records_the_search_and_the_gate_checks_it(tmp_path, tiny_config):
+    config = tiny_config(quantize={"strategy": "search", "search": {"latency_repeats": 3}})
+    assert release(config=config, store=str(tmp_path)) == "v1"
+    version_dir = tmp_path / "digits-cnn" / "versions" / "v1"
+    search = json.loads((version_dir / "quantize" / SEARCH_FILE).read_text())
+    assert search["passed"] and search["trials_detail"][0]["phase"] == "recipe"
+    assert search["validation"]["validation_samples"] > 0  # judged on the validation split, not the test split
+
+    record = json.loads((version_dir / "version.json").read_text())
+    assert record["search"]["kept_trial"] == search["kept_trial"] and record["search"]["passed"]
+    criteria = {c["name"]: c for c in json.loads((version_dir / "gate" / "gate.json").read_text())["criteria"]}
+    assert criteria["search_validation"]["verdict"] == "pass"
+    assert "## INT8 recipe search (validation split)" in (version_dir / "report" / "report.md").read_text()
+
+    # Another policy: training and export are reused, the search runs again (its verdict depends on the
+    # policy), and PaddleSlim runs nothing new: every calibration comes from the store's cache.
+    stricter = config.model_copy(update={"gate": config.gate.model_copy(update={"max_accuracy_drop": 0.9})})
+    assert release(config=stricter, store=str(tmp_path)) == "v2"
+    again = ArtifactStore(tmp_path).version_record(ArtifactStore(tmp_path).version("digits-cnn", "v2"))["search"]
+    assert again["calibrations_from_cache"] == again["trials"] >= 1
