@@ -157,13 +157,13 @@ class QuantizeRecipe(Section):
     weight_quantize_type: WEIGHT_QUANTIZE_TYPES | None = Field(None, description="Per-channel or per-tensor weights.")
 
 
-DEFAULT_RECIPES = (
+DEFAULT_RECIPES = (  # cheapest first: KL's threshold search takes minutes where hist takes seconds
     QuantizeRecipe(),  # quantize's own settings come first
-    QuantizeRecipe(algo="mse"),
-    QuantizeRecipe(algo="KL"),
     QuantizeRecipe(algo="hist", hist_percent=0.99999),
     QuantizeRecipe(algo="avg"),
+    QuantizeRecipe(algo="mse"),
     QuantizeRecipe(bias_correction=True),
+    QuantizeRecipe(algo="KL"),
 )
 
 

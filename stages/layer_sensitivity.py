@@ -38,13 +38,17 @@ def rank_layers(layers: list[str], calibrate: Callable[[tuple[str, ...]], Path],
     """`layers` (weight names), most sensitive first, and how complete the ranking is.
 
     `calibrate(skip)` returns PaddleSlim's model with `skip` left float; `baseline` is the validation
-    score with every layer quantized. Layers not measured before `deadline` (time.monotonic) rank last.
+    score with every layer quantized. Layers not measured before `deadline` (time.monotonic) rank last
+    and are never fallen back.
     """
     scratch.mkdir(parents=True, exist_ok=True)
     ranking, measured = [], 0
-    for index, layer in enumerate(layers):
+    # The first and last layers (image in, logits out) are the usual suspects: measured first, so that
+    # a ranking cut short by the deadline still covers them.
+    order = list(dict.fromkeys([*layers[:1], *layers[-1:], *layers]))
+    for index, layer in enumerate(order):
         if time.monotonic() >= deadline:
-            ranking += [{"layer": name, "measured": False} for name in layers[index:]]
+            ranking += [{"layer": name, "measured": False} for name in order[index:]]
             break
         without = check.score(lowered_model(calibrate((layer,)), scratch / f"without-{index}.onnx"))
         measured += 1

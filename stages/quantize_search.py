@@ -209,9 +209,11 @@ class Search:
         raw = scratch / "base.paddle2onnx.onnx"
         to_onnx(base.folder / MODEL_FILE, base.folder / PARAMS_FILE, raw)
         layers = quantized_layers(raw, base.folder / Path(MODEL_FILE).stem)
+        # The ranking may use half of the time left; the fall-back trials need the rest.
+        deadline = time.monotonic() + (self.budget.timeout_s - self.elapsed_s()) / 2
         ranking, completeness = rank_layers(
             layers, lambda skip: self.calibrate(base_settings.with_recipe(QuantizeRecipe(), skip))[0],
-            base.validation, self.check, scratch, deadline=self.started + self.budget.timeout_s)
+            base.validation, self.check, scratch, deadline)
         if self.cache is not None and completeness == "complete":
             with self.cache.fill(digest) as folder:
                 (folder / "ranking.json").write_text(json.dumps(ranking, sort_keys=True, indent=2) + "\n")
@@ -219,7 +221,9 @@ class Search:
 
 
 def _closest_to_fp32(trial: Trial) -> tuple:
-    return (trial.validation["accuracy_drop_pts"], -trial.validation["agreement"], trial.validation["logit_error"])
+    """Sort key: accuracy lost (a gain counts as none), then disagreement, then logit error."""
+    validation = trial.validation
+    return (max(validation["accuracy_drop_pts"], 0.0), -validation["agreement"], validation["logit_error"])
 
 
 def _kept(trials: list[Trial]) -> Trial:
