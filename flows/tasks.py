@@ -159,6 +159,11 @@ def export_task(store_root: str, version: VersionRef, trained: StageRef, data: S
     )
 
 
+def search_summary(store: ArtifactStore, quantized: StageRef | None) -> dict | None:
+    """The INT8 search's summary in the quantize manifest; None for strategy 'single' (or no quantize ref)."""
+    return store.read_manifest(quantized)["metrics"].get("search") if quantized is not None else None
+
+
 @task(name="quantize", **STAGE_TASK)
 def quantize_task(
     store_root: str, version: VersionRef, config: QuantizeConfig, exported: StageRef, data: StageRef,
@@ -183,7 +188,7 @@ def quantize_task(
                                               dirs["data"] / SPLITS_FILE, out, cache=store.cache("quantize-search")),
         reuse,
     )
-    search = store.read_manifest(ref)["metrics"]["search"]
+    search = search_summary(store, ref)
     get_run_logger().info(
         "INT8 search: %s; kept trial %d of %d (%s), %d FP32 layer(s), validation drop %.2f pts, %.2fx, %.0f s",
         "passed" if search["passed"] else "NOTHING PASSED", search["kept_trial"], search["trials"],
@@ -232,7 +237,7 @@ def gate_task(store_root: str, version: VersionRef, policy: GatePolicy, evaluate
     search's verdict (never reused: the baseline is the store's current release)."""
     store = ArtifactStore(store_root)
     metrics, predictions, stale = gate_evidence(store, evaluated)
-    search = store.read_manifest(quantized)["metrics"].get("search") if quantized is not None else None
+    search = search_summary(store, quantized)
     inputs = {"evaluate": evaluated, **({"quantize": quantized} if quantized is not None else {})}
     return run_stage(
         store_root, version, "gate", policy.model_dump(mode="json"), inputs,
@@ -246,7 +251,7 @@ def report_task(store_root: str, version: VersionRef, trained: StageRef, evaluat
     """report.md and PNG plots of the run, stored in the version."""
     store = ArtifactStore(store_root)
     train_metrics, evaluation, gate_record = (store.read_manifest(ref)["metrics"] for ref in (trained, evaluated, gated))
-    search = store.read_manifest(quantized)["metrics"].get("search") if quantized is not None else None
+    search = search_summary(store, quantized)
     version_dir = Path(version.path)
     where = {
         "version": str(version_dir),

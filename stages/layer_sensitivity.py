@@ -26,11 +26,12 @@ log = logging.getLogger(__name__)
 
 
 def lowered_model(calibration_dir: Path, out_onnx: Path) -> Path:
-    """PaddleSlim's model in `calibration_dir`, converted and lowered as the convert stage does it."""
+    """PaddleSlim's model in `calibration_dir`, converted and lowered into `out_onnx` as the convert
+    stage does it; returns paddle2onnx's model, written beside it, that was lowered."""
     raw = out_onnx.with_name(out_onnx.stem + ".paddle2onnx.onnx")
     to_onnx(Path(calibration_dir) / MODEL_FILE, Path(calibration_dir) / PARAMS_FILE, raw)
     lower_int8(raw, out_onnx, paddle_model_prefix=Path(calibration_dir) / Path(MODEL_FILE).stem)
-    return out_onnx
+    return raw
 
 
 def rank_layers(layers: list[str], calibrate: Callable[[tuple[str, ...]], Path], baseline: dict,
@@ -50,7 +51,9 @@ def rank_layers(layers: list[str], calibrate: Callable[[tuple[str, ...]], Path],
         if time.monotonic() >= deadline:
             ranking += [{"layer": name, "measured": False} for name in order[index:]]
             break
-        without = check.score(lowered_model(calibrate((layer,)), scratch / f"without-{index}.onnx"))
+        lowered = scratch / f"without-{index}.onnx"
+        lowered_model(calibrate((layer,)), lowered)
+        without = check.score(lowered)
         measured += 1
         ranking.append({
             "layer": layer,

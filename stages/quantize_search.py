@@ -80,10 +80,11 @@ class Trial:
     seconds: float
     calibration_cached: bool
     calibration_digest: str
-    folder: Path = field(repr=False)
+    folder: Path = field(repr=False)  # PaddleSlim's model
+    paddle2onnx_file: Path = field(repr=False)  # its conversion, before the lowering
 
     def record(self) -> dict:
-        return {key: value for key, value in asdict(self).items() if key != "folder"}
+        return {key: value for key, value in asdict(self).items() if key not in ("folder", "paddle2onnx_file")}
 
 
 def _digest(*parts: object) -> str:
@@ -177,7 +178,7 @@ class Search:
         calibration, digest, cached = self.calibrate(settings)
         folder = self.scratch / f"trial-{len(self.trials) + 1:03d}"
         folder.mkdir()
-        lowered_model(calibration, folder / "int8.onnx")
+        raw = lowered_model(calibration, folder / "int8.onnx")
         validation = self.check.score(folder / "int8.onnx")
         latency = measure({"fp32": self.fp32_onnx, "int8": folder / "int8.onnx"}, self.latency_batch, self.threads,
                           self.budget.latency_repeats)
@@ -189,7 +190,7 @@ class Search:
             validation=validation, passed=not failures, failures=failures,
             latency_ms_p50_fp32=latency["fp32"]["p50"], latency_ms_p50_int8=latency["int8"]["p50"],
             speedup_int8_vs_fp32=metrics["speedup_int8_vs_fp32"], seconds=time.monotonic() - started,
-            calibration_cached=cached, calibration_digest=digest, folder=calibration,
+            calibration_cached=cached, calibration_digest=digest, folder=calibration, paddle2onnx_file=raw,
         )
         self.trials.append(trial)
         log.info("search trial %d (%s, %s, %d FP32 layers): drop %.2f pts, agreement %.4f, %.2fx -> %s",
@@ -206,9 +207,7 @@ class Search:
             return json.loads((entry / "ranking.json").read_text()), True
         scratch = self.scratch / f"ranking-{digest[:12]}"
         scratch.mkdir()
-        raw = scratch / "base.paddle2onnx.onnx"
-        to_onnx(base.folder / MODEL_FILE, base.folder / PARAMS_FILE, raw)
-        layers = quantized_layers(raw, base.folder / Path(MODEL_FILE).stem)
+        layers = quantized_layers(base.paddle2onnx_file, base.folder / Path(MODEL_FILE).stem)
         # The ranking may use half of the time left; the fall-back trials need the rest.
         deadline = time.monotonic() + (self.budget.timeout_s - self.elapsed_s()) / 2
         ranking, completeness = rank_layers(
