@@ -1,10 +1,11 @@
 """Plain PTQ vs the accuracy-aware search vs onnxruntime's quantize_static, on models trained here.
 
-    python benchmarks/int8_search.py --out benchmarks/results        # ~15-25 min on 2 cores
+    python benchmarks/int8_search.py --out benchmarks/results        # ~30-45 min on 2 cores
 
-For MobileNetV2 and ResNet18 (paddle.vision), trained briefly on a folder dataset (scikit-learn's
-1,797 real handwritten digits written as RGB PNG files, one sub-folder per class, upscaled to
---size), and for the pipeline's default digits CNN, it runs the project's own stages:
+For MobileNetV2 and ResNet18 (paddle.vision), trained briefly (each of --epochs) on a folder dataset
+(scikit-learn's 1,797 real handwritten digits written as RGB PNG files, one sub-folder per class,
+upscaled to --size; validation split --validation-fraction), and for the pipeline's default digits
+CNN, it runs the project's own stages:
 
   plain_ptq             quantize.strategy 'single' (PaddleSlim with quantize's settings), lowered
   searched              quantize.strategy 'search' against the policy (--max-drop, default 0.5 pts)
@@ -12,8 +13,8 @@ For MobileNetV2 and ResNet18 (paddle.vision), trained briefly on a folder datase
                         int8 per-channel weights, calibrated on the same calibration split
 
 and evaluates each with the evaluate stage on the test split (which the search never sees): top-1,
-delta vs FP32, agreement, latency (median of --latency-repeats runs in a process of its own, batch
-1 and 16) and speedup vs FP32. It writes int8_search.json and int8_search.md.
+delta vs FP32, agreement, latency (median of --latency-repeats runs, FP32 and all variants timed
+in turns in one process, batch 1 and 16) and speedup vs FP32. It writes int8_search.json and int8_search.md.
 """
 
 from __future__ import annotations
@@ -67,11 +68,12 @@ class Reader(CalibrationDataReader):
         return next(self.batches, None)
 
 
-def pipeline_config(architecture: str, folder: Path | None, size: int, epochs: int, max_drop: float) -> PipelineConfig:
+def pipeline_config(architecture: str, folder: Path | None, size: int, epochs: int, max_drop: float,
+                    validation_fraction: float = 0.1) -> PipelineConfig:
     raw: dict = {"train": {"architecture": architecture, "epochs": epochs},
                  "gate": {"max_accuracy_drop": max_drop}}
     if folder is not None:
-        raw["data"] = {"dataset": "image_folder", "path": str(folder),
+        raw["data"] = {"dataset": "image_folder", "path": str(folder), "validation_fraction": validation_fraction,
                        "transforms": {"resize": size, "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}}
         raw["train"]["batch_size"] = 32
     else:
@@ -114,13 +116,15 @@ def run_model(name: str, config: PipelineConfig, work: Path, latency_repeats: in
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True)
     models["ort_quantize_static"] = work / "ort_quantize_static.onnx"
 
+    # FP32 and every variant timed in one process per batch size, in rounds, so each speedup divides by
+    # the same FP32 timing (separate processes drift by more than the differences between variants here).
+    timed = {batch: measure({"fp32": fp32, **models}, data.x_test[:batch], 2, latency_repeats) for batch in (1, 16)}
     rows = []
     for variant, int8 in models.items():
         out = work / variant / "evaluate"
         out.mkdir(parents=True, exist_ok=True)
         metrics = evaluate(EvaluateConfig(latency_repeats=3), fp32, int8, splits, out).metrics
-        latency = {batch: measure({"fp32": fp32, "int8": int8}, data.x_test[:batch], 2, latency_repeats)
-                   for batch in (1, 16)}
+        latency = {batch: {"fp32": timed[batch]["fp32"], "int8": timed[batch][variant]} for batch in timed}
         rows.append({
             "model": name, "variant": variant, "test_samples": metrics["test_samples"],
             "fp32_top1_pct": metrics["fp32_top1_pct"], "int8_top1_pct": metrics["int8_top1_pct"],
@@ -153,13 +157,14 @@ def markdown(result: dict) -> str:
                          f"{r['accuracy_drop_pts']:+.2f} | {r['agreement']:.4f} | {'yes' if r['meets_max_drop'] else '**no**'} | "
                          f"{r['speedup_b1']:.2f}x | {r['speedup_b16']:.2f}x | {r['latency_ms_p50_int8_b1']:.2f} | "
                          f"{r['latency_ms_p50_int8_b16']:.2f} | {r['model_bytes_int8'] / 1e6:.2f} |")
-    lines += ["", "| model | search verdict | trials | wall s | kept recipe | FP32 layers (latency cost) | stopped |",
-              "|---|---|---:|---:|---|---|---|"]
+    lines += ["", "| model | search verdict | trials | fall-back estimates | wall s | kept recipe | FP32 layers (latency cost) | stopped |",
+              "|---|---|---:|---:|---:|---|---|---|"]
     for name, model in result["models"].items():
         s = model["search"]
         costs = ", ".join(f"{c['layer']} ({'n/a' if c['latency_cost_pct_of_fp32'] is None else format(c['latency_cost_pct_of_fp32'], '+.1f') + ' % of FP32'})"
                           for c in s["float_layer_costs"]) or "none"
-        lines.append(f"| {name} | {'passed' if s['passed'] else 'nothing passed'} | {s['trials']} | {s['wall_s']:.0f} | "
+        lines.append(f"| {name} | {'passed' if s['passed'] else 'nothing passed'} | {s['trials']} | "
+                     f"{s.get('fallback_estimates', 0)} | {s['wall_s']:.0f} | "
                      f"{s['recipe']['algo']} (hist_percent {s['recipe']['hist_percent']}), bias_correction {s['recipe']['bias_correction']} | "
                      f"{costs} | {s['stopped']} |")
     return "\n".join(lines) + "\n"
@@ -171,8 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=["mobilenet_v2", "resnet18", "digits_cnn"],
                         choices=["mobilenet_v2", "resnet18", "digits_cnn"])
     parser.add_argument("--size", type=int, default=64, help="side of the folder images after resizing")
-    parser.add_argument("--epochs", type=int, default=3, help="training epochs of the vision models")
+    parser.add_argument("--epochs", type=int, nargs="+", default=[3],
+                        help="training epochs of the vision models; each value is a model of its own")
     parser.add_argument("--max-drop", type=float, default=0.5, help="gate.max_accuracy_drop the search aims for")
+    parser.add_argument("--validation-fraction", type=float, default=0.2,
+                        help="data.validation_fraction of the vision models: the split the search judges on "
+                             "(0.2 = 360 images, as many as the test split; 180 images cannot resolve 0.5 points)")
     parser.add_argument("--latency-repeats", type=int, default=40)
     args = parser.parse_args(argv)
     started = time.time()
@@ -182,10 +191,13 @@ def main(argv: list[str] | None = None) -> int:
         folder = write_digits_folder(Path(scratch) / "digits_png")
         for name in args.models:
             vision = name != "digits_cnn"
-            config = pipeline_config(name, folder if vision else None, args.size, args.epochs, args.max_drop)
-            models[name] = run_model(name, config, Path(scratch) / name, args.latency_repeats, log)
-            models[name]["data"] = (f"digits as {args.size}x{args.size} RGB PNG folder, {args.epochs} epochs" if vision
-                                    else "built-in digits, default pipeline config")
+            for epochs in args.epochs if vision else [None]:
+                key = f"{name}_{epochs}ep" if vision and len(args.epochs) > 1 else name
+                config = pipeline_config(name, folder if vision else None, args.size, epochs or 0, args.max_drop,
+                                         args.validation_fraction)
+                models[key] = run_model(key, config, Path(scratch) / key, args.latency_repeats, log)
+                models[key]["data"] = (f"digits as {args.size}x{args.size} RGB PNG folder, {epochs} epochs" if vision
+                                       else "built-in digits, default pipeline config")
     result = {
         "command": "python benchmarks/int8_search.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": f"{platform.processor() or platform.machine()}, {platform.system()}",

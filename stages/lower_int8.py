@@ -18,7 +18,8 @@ The calibration ranges handed to the quantizer list only PaddleSlim's tensors, s
 raises rather than invent a scale for a tensor PaddleSlim did not quantize. Two refinements,
 both documented where they are made: ReLU/ReLU6 after a quantized op are folded into its output
 quantization (`folded_activations`), and linear layers whose Q/DQ paddle2onnx 1.3.1 drops get
-PaddleSlim's scales back from its program (`paddle_program_scales`).
+PaddleSlim's scales back from its program (`paddle_program_scales`). Layers PaddleSlim left in FP32
+stay FP32, whatever paddle2onnx wrote for them (`float_layers`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, 
 from onnxruntime.quantization.calibrate import TensorsData, save_tensors_data
 
 from quantgate.stages.errors import ConversionError
+from quantgate.stages.float_layers import read_float_inputs, shield_from_weight_quantization
 from quantgate.stages.onnx_ops import integer_op_counts
 from quantgate.stages.scale_propagation import propagate_scales
 from quantgate.stages.static_graph import load_program, static_mode
@@ -57,6 +59,7 @@ class PaddleQuantization:
     weight_scales: dict[str, tuple[np.ndarray, int | None]]  # name -> (scales, channel axis or None)
     quantized_nodes: tuple[str, ...]  # nodes whose inputs PaddleSlim quantized
     float_nodes_with_quantized_inputs: tuple[str, ...]  # ... that the lowering leaves in float
+    float_layers: tuple[str, ...] = ()  # weights of the layers PaddleSlim left in FP32 (skip_tensor_list)
 
 
 def _constants_to_initializers(graph: onnx.GraphProto) -> None:
@@ -170,11 +173,20 @@ def read_paddle_quantization(raw: onnx.ModelProto, program_scales: dict | None =
     graph.initializer.extend(new_initializers)
     _drop_unused_initializers(graph)
 
+    float_layers = ()
+    if program_scales is not None:
+        # paddle2onnx 1.3.1 gives a layer PaddleSlim left float a weight Q/DQ pair of its own (the float
+        # weight, its own scale): PaddleSlim's program, not the ONNX graph, says which layers are INT8.
+        float_layers = tuple(node.input[1] for node in kept if node.op_type in LAYER_OPS and len(node.input) > 1
+                             and node.input[1] in initializers and node.input[1] not in program_scales)
+        for weight in float_layers:
+            weight_scales.pop(weight, None)
     for node in kept if program_scales else ():
         if node.op_type not in ("MatMul", "Gemm") or node.name in quantized_inputs:
             continue
         activation, weight, output = node.input[0], node.input[1], node.output[0]
-        if weight in initializers and all(name in program_scales for name in (activation, weight, output)):
+        if weight in initializers and weight not in float_layers \
+                and all(name in program_scales for name in (activation, weight, output)):
             # Only tensors around a linear layer: BatchNorm folding never renames or rescales them.
             scales, axis = program_scales[weight]
             weight_scales[weight] = (scales, axis if scales.size > 1 else None)
@@ -197,7 +209,7 @@ def read_paddle_quantization(raw: onnx.ModelProto, program_scales: dict | None =
             lowered.append(node.name)
         else:
             left_float.append(node.name)
-    return PaddleQuantization(model, activation_scales, weight_scales, tuple(lowered), tuple(left_float))
+    return PaddleQuantization(model, activation_scales, weight_scales, tuple(lowered), tuple(left_float), float_layers)
 
 
 def paddle_program_scales(model_prefix: Path) -> dict[str, tuple[np.ndarray, int | None]]:
@@ -236,51 +248,6 @@ def _drop_zero_bias_zero_points(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _shield_float_layers(model: onnx.ModelProto) -> list[str]:
-    """Keep the layers left in float (a float weight) float in onnxruntime too; returns their names.
-
-    onnxruntime's WeightBiasQuantization optimizer quantizes, per tensor and without calibration, the
-    float weights of any Conv/ConvTranspose/Gemm whose input comes from a DequantizeLinear with a
-    scalar scale, so a layer PaddleSlim skipped (for accuracy) would be quantized after all. Such a
-    layer reads instead from its own DequantizeLinear with the same scale repeated per channel:
-    the same values, a form that optimizer leaves alone.
-    """
-    graph = model.graph
-    initializers = {init.name: init for init in graph.initializer}
-    producers = {output: node for node in graph.node for output in node.output}
-    shielded = []
-    for node in list(graph.node):
-        if node.op_type not in ("Conv", "ConvTranspose", "Gemm") or len(node.input) < 2:
-            continue
-        weight, dequantize = initializers.get(node.input[1]), producers.get(node.input[0])
-        if weight is None or weight.data_type != onnx.TensorProto.FLOAT or dequantize is None \
-                or dequantize.op_type != "DequantizeLinear" or dequantize.input[1] not in initializers:
-            continue
-        scale = numpy_helper.to_array(initializers[dequantize.input[1]])
-        if scale.size != 1:
-            continue
-        attributes = {attr.name: onnx.helper.get_attribute_value(attr) for attr in node.attribute}
-        if node.op_type == "Gemm":
-            channels = weight.dims[1] if attributes.get("transB", 0) else weight.dims[0]
-        elif node.op_type == "Conv":
-            channels = weight.dims[1] * attributes.get("group", 1)
-        else:
-            channels = weight.dims[0]
-        zero_point = (numpy_helper.to_array(initializers[dequantize.input[2]]) if len(dequantize.input) > 2
-                      else np.zeros((), np.uint8))
-        prefix = f"{node.name}_float_input"
-        graph.initializer.extend([
-            numpy_helper.from_array(np.full(channels, scale.item(), np.float32), f"{prefix}_scale"),
-            numpy_helper.from_array(np.full(channels, zero_point.item(), zero_point.dtype), f"{prefix}_zero_point"),
-        ])
-        graph.node.insert(list(graph.node).index(node), onnx.helper.make_node(
-            "DequantizeLinear", [dequantize.input[0], f"{prefix}_scale", f"{prefix}_zero_point"], [prefix],
-            name=f"{prefix}_DequantizeLinear", axis=1))
-        node.input[0] = prefix
-        shielded.append(node.name)
-    return shielded
-
-
 def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
     used = {name for node in graph.node for name in node.input} | {output.name for output in graph.output}
     kept = [init for init in graph.initializer if init.name in used]
@@ -314,26 +281,16 @@ def _per_tensor(quant_type: QuantType, scale: float, zero_point: int) -> dict:
     return {"quant_type": quant_type, "scale": np.array(scale, np.float32), "zero_point": np.array(zero_point, dtype)}
 
 
-def folded_activations(quantization: PaddleQuantization) -> dict[str, str]:
-    """ReLU/ReLU6 nodes that the quantization itself can apply: activation output -> its input.
-
-    PaddleSlim quantizes a ReLU's output on [-T, T] (T = 127 x scale), so half its codes are never
-    used. Encoded as uint8 with zero point 0 on [0, T] (scale T/255), the quantization clips at 0
-    and T exactly as the ReLU and Paddle's saturation did, with a grid twice as fine; onnxruntime
-    then drops the ReLU and fuses Conv/Add+ReLU into one integer op, as Paddle Inference's oneDNN
-    INT8 fuses conv+relu. A Clip qualifies only when it is a ReLU6 whose upper bound lies at or
-    above T (so clipping at T is what Paddle's saturation already did).
-    """
+def _relu_outputs(quantization: PaddleQuantization) -> dict[str, onnx.NodeProto]:
+    """ReLU/ReLU6 outputs with a PaddleSlim scale whose quantization range [-T, T] (T = 127 x scale)
+    they never leave below 0: a Clip qualifies when it is a ReLU6 whose upper bound lies at or above
+    T (so clipping at T is what Paddle's saturation already did)."""
     graph = quantization.float_model.graph
     constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
-    consumers = Counter(name for node in graph.node for name in node.input)
-    outputs = {output.name for output in graph.output}
-    lowered = set(quantization.quantized_nodes)
-    folded = {}
+    relus = {}
     for node in graph.node:
         output = node.output[0] if node.output else ""
-        if (node.name not in lowered or output not in quantization.activation_scales
-                or consumers[node.input[0]] != 1 or node.input[0] in outputs):
+        if output not in quantization.activation_scales:
             continue
         threshold = 127 * quantization.activation_scales[output]
         if node.op_type == "Clip":
@@ -344,8 +301,32 @@ def folded_activations(quantization: PaddleQuantization) -> dict[str, str]:
                 continue
         elif node.op_type != "Relu":
             continue
-        folded[output] = node.input[0]
-    return folded
+        relus[output] = node
+    return relus
+
+
+def folded_activations(quantization: PaddleQuantization) -> dict[str, str]:
+    """ReLU/ReLU6 nodes that the quantization itself can apply: activation output -> its input.
+
+    PaddleSlim quantizes a ReLU's output on [-T, T], so half its codes are never used. Encoded as
+    uint8 with zero point 0 on [0, T] (scale T/255), the quantization clips at 0 and T exactly as
+    the ReLU and Paddle's saturation did, with a grid twice as fine; onnxruntime then drops the
+    ReLU and fuses Conv/Add+ReLU into one integer op, as Paddle Inference's oneDNN INT8 fuses
+    conv+relu. That needs the ReLU to be lowered (its input quantized) and its input read by it alone.
+    """
+    graph = quantization.float_model.graph
+    consumers = Counter(name for node in graph.node for name in node.input)
+    outputs = {output.name for output in graph.output}
+    lowered = set(quantization.quantized_nodes)
+    return {output: node.input[0] for output, node in _relu_outputs(quantization).items()
+            if node.name in lowered and consumers[node.input[0]] == 1 and node.input[0] not in outputs}
+
+
+def unsigned_activation_outputs(quantization: PaddleQuantization) -> list[str]:
+    """ReLU/ReLU6 outputs that stay float ops (their input is not quantized, e.g. a float layer's
+    output) but whose output is: the same [0, T] uint8 encoding applies to the output alone."""
+    folded = folded_activations(quantization)
+    return [output for output in _relu_outputs(quantization) if output not in folded]
 
 
 def tensor_overrides(quantization: PaddleQuantization, fold_activations: bool) -> dict[str, list[dict]]:
@@ -356,6 +337,8 @@ def tensor_overrides(quantization: PaddleQuantization, fold_activations: bool) -
         for output, activation_input in folded_activations(quantization).items():
             scale = 127 * quantization.activation_scales[output] / 255
             overrides[output] = overrides[activation_input] = [_per_tensor(QuantType.QUInt8, scale, 0)]
+        for output in unsigned_activation_outputs(quantization):
+            overrides[output] = [_per_tensor(QuantType.QUInt8, 127 * quantization.activation_scales[output] / 255, 0)]
     for name, (scales, axis) in quantization.weight_scales.items():
         # An all-zero channel (pruned, or a BatchNorm gamma of 0) has PaddleSlim scale 0; any scale stores its
         # zeros exactly, and 1 keeps its int32 bias (scale = input scale x weight scale) finite and exact enough.
@@ -398,8 +381,14 @@ def lower_int8(
         ConversionError: the model's Q/DQ pattern is not understood, or onnxruntime's quantizer
             needed a scale PaddleSlim did not provide, or the result fails onnx.checker.
     """
-    raw = onnx.load(str(raw_int8_onnx))
     program_scales = paddle_program_scales(paddle_model_prefix) if paddle_model_prefix is not None else None
+    return lower_int8_model(onnx.load(str(raw_int8_onnx)), out_onnx, program_scales, fold_activations,
+                            Path(raw_int8_onnx).name)
+
+
+def lower_int8_model(raw: onnx.ModelProto, out_onnx: Path, program_scales: dict | None = None,
+                     fold_activations: bool = True, name: str = "the model") -> LoweringResult:
+    """`lower_int8` on a loaded paddle2onnx model and PaddleSlim's program scales (`paddle_program_scales`)."""
     quantization = read_paddle_quantization(raw, program_scales)
     propagated = propagate_scales(quantization.float_model, quantization.activation_scales)
     quantization = dataclasses.replace(
@@ -414,7 +403,7 @@ def lower_int8(
              # onnxruntime drops any quantized Clip; keep those whose bound is not a quantization bound
              and not (fold_activations and node.op_type == "Clip" and node.output[0] not in folded)]
     if not nodes:
-        raise ConversionError(f"{Path(raw_int8_onnx).name} has no node PaddleSlim quantized; nothing to lower")
+        raise ConversionError(f"{name} has no node PaddleSlim quantized; nothing to lower")
     ranges = TensorsData(CalibrationMethod.MinMax, {
         # Only PaddleSlim's tensors: the quantizer fails on any other instead of calibrating it itself.
         # The range is informational; the override's scale and zero point are what is used.
@@ -444,12 +433,17 @@ def lower_int8(
                 },
             )
         except (ValueError, KeyError) as exc:
-            raise ConversionError(f"onnxruntime could not lower {Path(raw_int8_onnx).name} with PaddleSlim's "
+            raise ConversionError(f"onnxruntime could not lower {name} with PaddleSlim's "
                                   f"scales: {exc}") from exc
         finally:
             quantizer_log.setLevel(level)
     lowered = _drop_zero_bias_zero_points(onnx.load(str(out_onnx)))
-    shielded = _shield_float_layers(lowered)
+    float_graph = quantization.float_model.graph
+    producers = {node.output[0]: node for node in float_graph.node if node.output}
+    float_inputs = read_float_inputs(lowered, set(quantization.float_layers),
+                                     {output: producers[output] for output in folded},
+                                     {init.name: init for init in float_graph.initializer})
+    shielded = shield_from_weight_quantization(lowered)
     onnx.save(lowered, str(out_onnx))
     try:
         onnx.checker.check_model(lowered, full_check=True)
@@ -460,6 +454,8 @@ def lower_int8(
         "paddle_quantized_nodes": len(quantization.quantized_nodes),
         "folded_activations": len(folded),
         "float_nodes_with_quantized_inputs": list(quantization.float_nodes_with_quantized_inputs),
+        "float_layers": list(quantization.float_layers),
+        "float_layers_reading_float_inputs": float_inputs,
         "float_layers_shielded_from_onnxruntime_weight_quantization": shielded,
         "paddle_activation_scales": len(quantization.activation_scales) - len(propagated.derived_from),
         "derived_activation_scales": propagated.derived_from,

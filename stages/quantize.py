@@ -60,9 +60,12 @@ def quantize(
 
 
 def quantize_with_images(
-    config: QuantizeConfig, model_dir: Path, model_file: str, params_file: str, images: np.ndarray, out_dir: Path
+    config: QuantizeConfig, model_dir: Path, model_file: str, params_file: str, images: np.ndarray, out_dir: Path,
+    allow_float: bool = False,
 ) -> QuantizeResult:
     """Run PaddleSlim `quant_post_static` (ONNX-style quantize_linear ops) calibrated on `images`.
+
+    `allow_float`: accept a model with nothing quantized (the search skips every layer on purpose).
 
     Raises:
         QuantizationError: `images` is too small for the requested batches, or nothing was quantized.
@@ -107,7 +110,7 @@ def quantize_with_images(
             )
         int8 = load_program(Path(out_dir) / Path(MODEL_FILE).stem)
     counts = op_counts(int8.program)
-    if not counts.get("quantize_linear"):
+    if not counts.get("quantize_linear") and not allow_float:
         raise QuantizationError(
             "PaddleSlim inserted no quantize_linear op: the model has no quantizable conv/matmul layers"
         )

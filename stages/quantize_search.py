@@ -8,12 +8,14 @@ accuracy on the validation split and latency against FP32, judged by the gate's 
 1. recipes (`quantize.search.recipes`), in order; the first is plain PTQ with quantize's settings.
    A recipe that passes with every layer quantized ends the search: other recipes build the same
    graph, so none can be faster.
-2. if none passes: the best recipe's layers ranked by sensitivity (`layer_sensitivity`), and the
-   most sensitive ones left in FP32 (PaddleSlim's skip_tensor_list), one more per trial, until
-   the policy holds or `max_float_layers` is reached;
+2. if none passes: the best recipe's layers ranked by sensitivity (`layer_sensitivity`: each
+   layer's FP32 fall-back estimated without a PaddleSlim run), and the most sensitive ones left in
+   FP32 (PaddleSlim's skip_tensor_list). The estimate picks the fewest leading layers that pass;
+   a real PaddleSlim trial confirms it, one more layer per trial if it does not, until the policy
+   holds or `max_float_layers` is reached;
 3. once a fall-back set passes: each of its layers is tried back in INT8 (least sensitive
-   first) and stays INT8 if the policy still holds. These trials also measure what each FP32
-   layer costs in speed.
+   first) and stays INT8 if the policy still holds; a set the estimate already fails costs no
+   trial. These trials also measure what each FP32 layer costs in speed.
 
 The kept trial is the passing one with the fewest FP32 layers, then the lowest measured latency.
 If none passes, the trial closest to FP32 is kept and the search says so: the gate then fails
@@ -43,7 +45,7 @@ from quantgate.stages.data import load_splits
 from quantgate.stages.errors import QuantizationError, StageError
 from quantgate.stages.export import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.latency import measure
-from quantgate.stages.layer_sensitivity import lowered_model, rank_layers
+from quantgate.stages.layer_sensitivity import FallbackEstimator, float_weights, lowered_model, rank_layers
 from quantgate.stages.lower_int8 import quantized_layers
 from quantgate.stages.quantize import QuantizeResult, quantize_with_images
 from quantgate.stages.validation_check import ValidationCheck, policy_failures
@@ -127,6 +129,9 @@ class Search:
             {library: installed_version(library) for library in ("paddlepaddle", "paddleslim", "paddle2onnx")},
         )
         self._calibrated: dict[str, Path] = {}  # this search's calibrations, by digest
+        self._float_weights: dict | None = None  # every layer's float weight, from PaddleSlim with all skipped
+        self._estimators: dict[tuple[str, ...], FallbackEstimator | None] = {}
+        self.estimates: list[dict] = []  # fall-back sets scored without a PaddleSlim run
         self.validation_digest = _digest(np.ascontiguousarray(splits.x_validation).tobytes(),
                                          np.ascontiguousarray(splits.y_validation).tobytes())
 
@@ -145,8 +150,11 @@ class Search:
 
     # -- one trial ------------------------------------------------------------------------
 
-    def calibrate(self, settings: QuantizeConfig) -> tuple[Path, str, bool]:
-        """PaddleSlim's model for `settings`, from the cache when this exact calibration ran before."""
+    def calibrate(self, settings: QuantizeConfig, allow_float: bool = False) -> tuple[Path, str, bool]:
+        """PaddleSlim's model for `settings`, from the cache when this exact calibration ran before.
+
+        `allow_float`: a model with nothing quantized is an answer, not an error (every layer skipped).
+        """
         digest = _digest(self.inputs_digest, {name: getattr(settings, name) for name in CALIBRATION_FIELDS})
         if digest in self._calibrated:
             return self._calibrated[digest], digest, True
@@ -156,10 +164,10 @@ class Search:
         if self.cache is None:
             folder = self.scratch / f"calibration-{digest[:16]}"
             folder.mkdir()
-            self._run_paddleslim(settings, folder)
+            self._run_paddleslim(settings, folder, allow_float)
         else:
             with self.cache.fill(digest) as staging:
-                self._run_paddleslim(settings, staging)
+                self._run_paddleslim(settings, staging, allow_float)
             folder = self.cache.get(digest)
             if folder is None:
                 raise QuantizationError(f"the calibration cached as {digest[:12]} was damaged right after it was "
@@ -167,9 +175,9 @@ class Search:
         self._calibrated[digest] = folder
         return folder, digest, False
 
-    def _run_paddleslim(self, settings: QuantizeConfig, folder: Path) -> None:
+    def _run_paddleslim(self, settings: QuantizeConfig, folder: Path, allow_float: bool = False) -> None:
         result = quantize_with_images(settings, self.model_dir, MODEL_FILE, PARAMS_FILE, self.calibration_images,
-                                      folder)
+                                      folder, allow_float=allow_float)
         (folder / CALIBRATION_METRICS).write_text(json.dumps(result.metrics, sort_keys=True, indent=2) + "\n")
 
     def run_trial(self, phase: str, recipe_settings: QuantizeConfig, float_layers: tuple[str, ...]) -> Trial:
@@ -200,23 +208,91 @@ class Search:
 
     # -- ranking --------------------------------------------------------------------------
 
-    def sensitivity(self, base: Trial, base_settings: QuantizeConfig) -> tuple[list[dict], bool]:
+    def estimator(self, base: Trial, base_settings: QuantizeConfig,
+                  skipped: tuple[str, ...] = ()) -> FallbackEstimator | None:
+        """What FP32 fall-backs of the base trial would score, from one extra PaddleSlim run (cached).
+
+        `skipped`: layers whose fall-back cannot be assembled (`FallbackEstimator.float_weights` lacks
+        them); the estimate then starts from a real PaddleSlim calibration with them skipped.
+        """
+        if skipped in self._estimators:
+            return self._estimators[skipped]
+        layers = quantized_layers(base.paddle2onnx_file, base.folder / Path(MODEL_FILE).stem)
+        try:
+            if self._float_weights is None:
+                all_float, _, _ = self.calibrate(base_settings.with_recipe(QuantizeRecipe(), tuple(layers)),
+                                                 allow_float=True)
+                self._float_weights = float_weights(all_float)
+            calibration, raw = base.folder, base.paddle2onnx_file
+            if skipped:
+                calibration = self.calibrate(base_settings.with_recipe(QuantizeRecipe(), skipped))[0]
+                raw = self.scratch / f"estimate-base-{len(self._estimators)}.onnx"
+                to_onnx(calibration / MODEL_FILE, calibration / PARAMS_FILE, raw)
+            estimator = FallbackEstimator(raw, calibration, self._float_weights, self.check,
+                                          [layer for layer in layers if layer not in skipped])
+            if not skipped:
+                log.info("search: FP32 fall-backs can be estimated for %d of %d layers; not for %s",
+                         len(estimator.float_weights), len(layers),
+                         ", ".join(sorted(set(layers) - set(estimator.float_weights))) or "none")
+        except (StageError, RuntimeError, ValueError) as exc:
+            log.warning("search: no fall-back estimates (%s); each layer is measured by a PaddleSlim run", exc)
+            estimator = None
+        self._estimators[skipped] = estimator
+        return estimator
+
+    def sensitivity(self, base: Trial, base_settings: QuantizeConfig,
+                    estimator: FallbackEstimator | None) -> tuple[list[dict], bool]:
         """The base trial's layers, most sensitive first; cached by calibration inputs and validation data."""
-        digest = _digest(base.calibration_digest, self.validation_digest, "drop-one-layer")
+        digest = _digest(base.calibration_digest, self.validation_digest, "fp32-fall-back ranking")
         if self.cache is not None and (entry := self.cache.get(digest)) is not None:
             return json.loads((entry / "ranking.json").read_text()), True
         scratch = self.scratch / f"ranking-{digest[:12]}"
         scratch.mkdir()
         layers = quantized_layers(base.paddle2onnx_file, base.folder / Path(MODEL_FILE).stem)
+        estimable = set(estimator.float_weights) if estimator is not None else set()
+
+        def score_without(layer: str) -> dict:
+            if layer in estimable:
+                return estimator.score((layer,))
+            lowered = scratch / f"without-{layers.index(layer)}.onnx"  # a real PaddleSlim run
+            lowered_model(self.calibrate(base_settings.with_recipe(QuantizeRecipe(), (layer,)))[0], lowered)
+            return {**self.check.score(lowered), "measured_by": "paddleslim"}
+
         # The ranking may use half of the time left; the fall-back trials need the rest.
         deadline = time.monotonic() + (self.budget.timeout_s - self.elapsed_s()) / 2
-        ranking, completeness = rank_layers(
-            layers, lambda skip: self.calibrate(base_settings.with_recipe(QuantizeRecipe(), skip))[0],
-            base.validation, self.check, scratch, deadline)
+        ranking, completeness = rank_layers(layers, score_without, base.validation, deadline)
         if self.cache is not None and completeness == "complete":
             with self.cache.fill(digest) as folder:
                 (folder / "ranking.json").write_text(json.dumps(ranking, sort_keys=True, indent=2) + "\n")
         return ranking, False
+
+    def estimate(self, float_layers: list[str], base: Trial, base_settings: QuantizeConfig) -> bool | None:
+        """Whether the base trial with `float_layers` in FP32 would pass, by the estimate; None: cannot tell.
+
+        The estimate has no latency of its own: it is judged with the base trial's speedup, which a
+        fall-back can only lower, so a real trial still decides.
+        """
+        main = self.estimator(base, base_settings)
+        if main is None or self.elapsed_s() >= self.budget.timeout_s:
+            return None
+        skipped = tuple(layer for layer in float_layers if layer not in main.float_weights)
+        estimator = self.estimator(base, base_settings, skipped)
+        if estimator is None:
+            return None
+        validation = estimator.score([layer for layer in float_layers if layer not in skipped])
+        failures = policy_failures(self.policy, {**validation, "speedup_int8_vs_fp32": base.speedup_int8_vs_fp32})
+        self.estimates.append({"float_layers": list(float_layers), "validation": validation, "passed": not failures})
+        log.info("search estimate, %d FP32 layers: drop %.2f pts, agreement %.4f -> %s", len(float_layers),
+                 validation["accuracy_drop_pts"], validation["agreement"], "passes" if not failures else "misses")
+        return not failures
+
+    def fewest_float_layers(self, order: list[str], limit: int, base: Trial, base_settings: QuantizeConfig) -> int:
+        """The fewest leading layers of `order` whose FP32 fall-back the estimate says passes (else `limit`)."""
+        for count in range(1, limit + 1):
+            verdict = self.estimate(order[:count], base, base_settings)
+            if verdict is None or verdict:
+                return count  # passes, or from here on only real trials can tell
+        return limit
 
 
 def _closest_to_fp32(trial: Trial) -> tuple:
@@ -290,8 +366,10 @@ def search_quantization(
         "calibrations_from_cache": sum(trial.calibration_cached for trial in search.trials),
         "failed_recipes": search.failed_recipes,
         "ranking_from_cache": ranking_cached,
+        "fallback_estimates": len(search.estimates),
     }
     record = {**summary, "policy": policy.model_dump(mode="json"), "ranking": ranking,
+              "fallback_estimates_detail": search.estimates,
               "trials_detail": [trial.record() for trial in search.trials]}
     (Path(out_dir) / SEARCH_FILE).write_text(json.dumps(record, sort_keys=True, indent=2, allow_nan=False) + "\n")
     log.info("search: %s after %d trials in %.0f s (%s); kept trial %d with %d FP32 layers",
@@ -323,11 +401,13 @@ def _run(search: Search) -> tuple[str, list[dict] | None, bool]:
         return "no recipe passed and quantize.search.max_float_layers is 0", None, False
     base = min(search.trials, key=_closest_to_fp32)
     base_settings = config.with_recipe(QuantizeRecipe(**base.recipe))
-    ranking, cached = search.sensitivity(base, base_settings)
+    estimator = search.estimator(base, base_settings)
+    ranking, cached = search.sensitivity(base, base_settings, estimator)
     order = [entry["layer"] for entry in ranking if entry["measured"]]
     limit = min(config.search.max_float_layers, len(order) - 1)  # at least one layer stays INT8
+    start = 1 if estimator is None or limit < 1 else search.fewest_float_layers(order, limit, base, base_settings)
     passing: Trial | None = None
-    for count in range(1, limit + 1):
+    for count in range(start, limit + 1):
         if (why := search.exhausted()) is not None:
             return why, ranking, cached
         trial = search.run_trial("fall-back", base_settings, tuple(order[:count]))
@@ -341,6 +421,8 @@ def _run(search: Search) -> tuple[str, list[dict] | None, bool]:
         if (why := search.exhausted()) is not None:
             return f"passed; restoring stopped: {why}", ranking, cached
         fewer = tuple(name for name in float_layers if name != layer)
+        if search.estimate(list(fewer), base, base_settings) is False:
+            continue  # the estimate already says it misses: no PaddleSlim run for it
         if search.run_trial("restore", base_settings, fewer).passed:
             float_layers = list(fewer)
     return "passed with FP32 fall-backs", ranking, cached

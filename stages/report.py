@@ -92,7 +92,8 @@ def _search_lines(search: dict | None) -> list[str]:
         f"- kept: PaddleSlim {search.get('recipe', {})}, drop {_num(validation.get('accuracy_drop_pts'), '+.2f')} pts, "
         f"agreement {_num(validation.get('agreement'), '.4f')}, {_num(search.get('speedup_int8_vs_fp32'), '.2f')}x vs FP32",
         f"- calibrations from cache: {search.get('calibrations_from_cache', 0)}; "
-        f"sensitivity ranking from cache: {search.get('ranking_from_cache', False)}",
+        f"sensitivity ranking from cache: {search.get('ranking_from_cache', False)}; "
+        f"fall-back sets estimated without a PaddleSlim run: {search.get('fallback_estimates', 0)}",
     ]
     costs = search.get("float_layer_costs") or []
     if not costs:

@@ -87,3 +87,27 @@ def test_a_model_without_paddleslim_quantization_is_refused_by_name(stage_dirs, 
     with pytest.raises(ConversionError, match="fp32.onnx has no node PaddleSlim quantized"):
         lower_int8(stage_dirs.convert / "fp32.onnx", tmp_path / "lowered.onnx")
     assert not (tmp_path / "lowered.onnx").exists()
+
+
+def test_an_inner_layer_paddleslim_left_float_is_fp32_in_onnxruntime(stage_dirs, tmp_path):
+    """paddle2onnx may re-quantize a skipped layer's weight and input with scales of its own (it does in
+    MobileNetV2); the lowering follows PaddleSlim's program instead: float weight, float input, float kernel."""
+    fp32_graph = onnx.load(str(stage_dirs.convert / "fp32.onnx")).graph
+    second_conv_weight = [node.input[1] for node in fp32_graph.node if node.op_type == "Conv"][1]
+    (tmp_path / "quantize").mkdir()
+    (tmp_path / "convert").mkdir()
+    quantize(QuantizeConfig(batch_nums=2, skip_tensors=(second_conv_weight,)), stage_dirs.export,
+             "model.pdmodel", "model.pdiparams", stage_dirs.splits, tmp_path / "quantize")
+    result = convert(stage_dirs.export, tmp_path / "quantize", "model.pdmodel", "model.pdiparams", tmp_path / "convert")
+    assert result.metrics["int8"]["float_layers"] == [second_conv_weight]
+    lowered = onnx.load(str(tmp_path / "convert" / "int8.onnx")).graph
+    producers = {output: node for node in lowered.node for output in node.output}
+    float_conv = next(node for node in lowered.node if node.op_type == "Conv" and node.input[1] == second_conv_weight)
+    weight = next(init for init in lowered.initializer if init.name == second_conv_weight)
+    assert weight.data_type == onnx.TensorProto.FLOAT
+    assert producers[float_conv.input[0]].op_type != "DequantizeLinear"  # reads the float tensor itself
+    runtime = result.metrics["int8"]["after_onnxruntime_optimization"]["ops"]
+    assert runtime.get("QLinearConv") == 1  # the third; the first now feeds only a float layer, so its output is float
+    images = load_splits(stage_dirs.splits).x_test
+    lowered_logits, fp32 = run(tmp_path / "convert" / "int8.onnx", images), run(tmp_path / "convert" / "fp32.onnx", images)
+    assert np.mean(lowered_logits.argmax(axis=1) == fp32.argmax(axis=1)) >= 0.95
