@@ -21,6 +21,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from quantgate.stages.onnx_ops import drop_unused_initializers
+
 
 def read_float_inputs(model: onnx.ModelProto, float_weights: set[str], folded: dict[str, onnx.NodeProto],
                       constants: dict[str, onnx.TensorProto]) -> list[str]:
@@ -75,10 +77,7 @@ def _drop_unread_quantization(graph: onnx.GraphProto) -> None:
             break
         for node in unread:
             graph.node.remove(node)
-    used = {name for node in graph.node for name in node.input} | outputs
-    kept = [init for init in graph.initializer if init.name in used]
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
+    drop_unused_initializers(graph)
 
 
 def shield_from_weight_quantization(model: onnx.ModelProto) -> list[str]:

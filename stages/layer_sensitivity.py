@@ -182,10 +182,10 @@ def rank_layers(layers: list[str], score_without: Callable[[str], dict], baselin
     """`layers` (weight names), most sensitive first, and how complete the ranking is.
 
     `score_without(layer)` is the validation score with `layer` in FP32 (its "measured_by" says how:
-    "estimate" or "paddleslim"); `baseline` the score with
-    every layer quantized. A layer's sensitivity is how much closer to FP32 (relative logit error)
-    the model gets without its quantization. Layers not measured before `deadline`
-    (time.monotonic) rank last and are never fallen back.
+    "estimate" or "paddleslim"); `baseline` the score with every layer quantized. A layer's
+    sensitivity is how much closer to FP32 (relative logit error) the model gets without its
+    quantization. Layers not measured before `deadline` (time.monotonic) rank last and are never
+    fallen back.
     """
     ranking, measured = [], 0
     # The first and last layers (image in, logits out) are the usual suspects: measured first, so that

@@ -40,7 +40,7 @@ from onnxruntime.quantization.calibrate import TensorsData, save_tensors_data
 
 from quantgate.stages.errors import ConversionError
 from quantgate.stages.float_layers import read_float_inputs, shield_from_weight_quantization
-from quantgate.stages.onnx_ops import integer_op_counts
+from quantgate.stages.onnx_ops import drop_unused_initializers, integer_op_counts
 from quantgate.stages.scale_propagation import propagate_scales
 from quantgate.stages.static_graph import load_program, static_mode
 
@@ -171,7 +171,7 @@ def read_paddle_quantization(raw: onnx.ModelProto, program_scales: dict | None =
     del graph.node[:]
     graph.node.extend(kept)
     graph.initializer.extend(new_initializers)
-    _drop_unused_initializers(graph)
+    drop_unused_initializers(graph)
 
     float_layers = ()
     if program_scales is not None:
@@ -244,15 +244,8 @@ def _drop_zero_bias_zero_points(model: onnx.ModelProto) -> onnx.ModelProto:
             zero_point = initializers[node.input[2]]
             if zero_point.data_type == onnx.TensorProto.INT32 and not numpy_helper.to_array(zero_point).any():
                 del node.input[2]
-    _drop_unused_initializers(graph)
+    drop_unused_initializers(graph)
     return model
-
-
-def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
-    used = {name for node in graph.node for name in node.input} | {output.name for output in graph.output}
-    kept = [init for init in graph.initializer if init.name in used]
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
 
 
 def float_output_op_types(quantization: PaddleQuantization, nodes: list[str]) -> list[str]:

@@ -1,5 +1,5 @@
 """What an ONNX model is made of: op counts, integer kernels and int8 weights, in the file and as
-onnxruntime runs it."""
+onnxruntime runs it; and dropping the initializers no node reads."""
 
 from __future__ import annotations
 
@@ -15,6 +15,14 @@ from onnx import numpy_helper
 INTEGER_OPS = ("QLinearConv", "QLinearMatMul", "QGemm", "ConvInteger", "MatMulInteger", "MatMulIntegerToFloat",
                "DynamicQuantizeMatMul", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearGlobalAveragePool",
                "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "QLinearReduceMean")
+
+
+def drop_unused_initializers(graph: onnx.GraphProto) -> None:
+    """Remove the initializers no node or graph output reads (left behind by graph rewrites)."""
+    used = {name for node in graph.node for name in node.input} | {output.name for output in graph.output}
+    kept = [init for init in graph.initializer if init.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
 
 
 def integer_op_counts(model: onnx.ModelProto) -> dict:

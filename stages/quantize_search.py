@@ -129,6 +129,7 @@ class Search:
             {library: installed_version(library) for library in ("paddlepaddle", "paddleslim", "paddle2onnx")},
         )
         self._calibrated: dict[str, Path] = {}  # this search's calibrations, by digest
+        self._layers: dict[int, list[str]] = {}  # by base trial: the layers PaddleSlim quantized
         self._float_weights: dict | None = None  # every layer's float weight, from PaddleSlim with all skipped
         self._estimators: dict[tuple[str, ...], FallbackEstimator | None] = {}
         self.estimates: list[dict] = []  # fall-back sets scored without a PaddleSlim run
@@ -208,6 +209,12 @@ class Search:
 
     # -- ranking --------------------------------------------------------------------------
 
+    def layers(self, base: Trial) -> list[str]:
+        """The layers PaddleSlim quantized in the base trial (weight names, graph order), read once."""
+        if base.index not in self._layers:
+            self._layers[base.index] = quantized_layers(base.paddle2onnx_file, base.folder / Path(MODEL_FILE).stem)
+        return self._layers[base.index]
+
     def estimator(self, base: Trial, base_settings: QuantizeConfig,
                   skipped: tuple[str, ...] = ()) -> FallbackEstimator | None:
         """What FP32 fall-backs of the base trial would score, from one extra PaddleSlim run (cached).
@@ -217,7 +224,7 @@ class Search:
         """
         if skipped in self._estimators:
             return self._estimators[skipped]
-        layers = quantized_layers(base.paddle2onnx_file, base.folder / Path(MODEL_FILE).stem)
+        layers = self.layers(base)
         try:
             if self._float_weights is None:
                 all_float, _, _ = self.calibrate(base_settings.with_recipe(QuantizeRecipe(), tuple(layers)),
@@ -248,7 +255,7 @@ class Search:
             return json.loads((entry / "ranking.json").read_text()), True
         scratch = self.scratch / f"ranking-{digest[:12]}"
         scratch.mkdir()
-        layers = quantized_layers(base.paddle2onnx_file, base.folder / Path(MODEL_FILE).stem)
+        layers = self.layers(base)
         estimable = set(estimator.float_weights) if estimator is not None else set()
 
         def score_without(layer: str) -> dict:
