@@ -1,15 +1,20 @@
 """Versioned, content-hashed storage for quantgate's stage outputs, manifests and aliases.
 
-The store is the only code that knows the on-disk layout; everything else passes refs.
+The store is the only code that knows the on-disk layout; everything else passes refs and asks
+the store for paths (`VersionRef.path`, `ArtifactStore.stage_dir`, `ArtifactStore.run_log_path`).
 """
 
 from .checkpoints import CheckpointRef, CheckpointWriter
 from .errors import ArtifactCorrupt, ArtifactError, ArtifactExists, ArtifactNotFound, InvalidName, StoreNotWritable
+from .layout import LATEST, RELEASE, RUN_LOG_FILE
 from .names import StageRef, VersionInfo, VersionRef
 from .store import ArtifactStore
 from .writer import StageWriter
 
 __all__ = [
+    "LATEST",
+    "RELEASE",
+    "RUN_LOG_FILE",
     "ArtifactCorrupt",
     "ArtifactError",
     "ArtifactExists",

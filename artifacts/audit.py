@@ -17,8 +17,6 @@ from pathlib import Path
 
 from .errors import ArtifactCorrupt
 
-AUDIT_FILE = "audit.jsonl"
-
 
 def current_actor() -> str:
     """user@host of this process; the uid when the user has no name (e.g. in a container)."""

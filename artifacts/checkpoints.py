@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import locks
-from .errors import ArtifactCorrupt, ArtifactError, ArtifactExists
+from .errors import ArtifactCorrupt, ArtifactError, ArtifactExists, ArtifactNotFound
+from .layout import CHECKPOINTS_DIR, VERSION_RECORD
 from .manifest import (
     MANIFEST_NAME,
     SCHEMA_VERSION,
@@ -33,8 +34,6 @@ from .manifest import (
 from .names import NAME_PATTERN, VersionRef, check_stage
 from .verify import REBUILD_HINT
 from .writer import close_staging
-
-CHECKPOINTS_DIR = "checkpoints"
 
 
 @dataclass(frozen=True)
@@ -107,6 +106,28 @@ class CheckpointWriter:
 
 def checkpoint_folder(version: VersionRef, stage: str) -> Path:
     return Path(version.path) / CHECKPOINTS_DIR / check_stage(stage)
+
+
+def open_checkpoint_writer(version: VersionRef, stage: str, name: str) -> CheckpointWriter:
+    """A CheckpointWriter for checkpoint `name` of `stage` in the existing `version`; see ArtifactStore."""
+    if (Path(version.path) / VERSION_RECORD).exists():
+        raise ArtifactExists(
+            f"cannot checkpoint stage {stage!r} of model {version.model!r} {version.version}: the version is finalized"
+        )
+    check_stage(name)  # checkpoint names follow the stage naming rules
+    return CheckpointWriter(version, stage, name, checkpoint_folder(version, stage) / name)
+
+
+def latest_checkpoint(version: VersionRef, stage: str) -> CheckpointRef:
+    """The newest committed checkpoint of `stage` in the existing `version`; see ArtifactStore."""
+    refs = committed_checkpoints(version, stage)
+    if not refs:
+        raise ArtifactNotFound(
+            f"model {version.model!r} {version.version} has no committed {stage} checkpoint "
+            "(its training ended before the first epoch finished, or it predates checkpoints); "
+            "start a fresh run instead"
+        )
+    return refs[-1]
 
 
 def committed_checkpoints(version: VersionRef, stage: str) -> list[CheckpointRef]:

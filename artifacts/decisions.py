@@ -9,9 +9,8 @@ import json
 from pathlib import Path
 
 from .errors import ArtifactCorrupt
+from .layout import DECISIONS_DIR
 from .manifest import sealed_json, utc_now, write_new_file
-
-DECISIONS_DIR = "decisions"
 
 
 def _numbers(folder: Path) -> list[int]:

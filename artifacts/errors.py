@@ -4,13 +4,11 @@ Everything the store raises on purpose is an `ArtifactError`, so a caller can ca
 whole family in one place; the subclasses say what went wrong in terms a user can act on.
 """
 
-from quantgate.errors import QuantgateError
+from quantgate.errors import BadInput, QuantgateError
 
 
 class ArtifactError(QuantgateError):
     """Base class for artifact store errors; the pipeline itself broke (exit code 3)."""
-
-    exit_code = 3
 
 
 class ArtifactNotFound(ArtifactError):
@@ -32,22 +30,16 @@ class ArtifactExists(ArtifactError):
     """The caller tried to write something that was already committed; committed data is immutable."""
 
 
-class StoreNotWritable(ArtifactError):
+class StoreNotWritable(ArtifactError, BadInput):
     """The store's root folder cannot be created or written (bad input: exit code 2)."""
 
-    exit_code = 2
 
-
-class InvalidName(ArtifactError):
+class InvalidName(ArtifactError, BadInput):
     """A model, stage, alias or version name breaks the naming rules (bad input: exit code 2)."""
 
-    exit_code = 2
 
-
-class StoreFull(ArtifactError):
+class StoreFull(ArtifactError, BadInput):
     """The store's disk, quota or file-size limit ran out while writing (exit code 2).
 
     What was half-written is removed; committed stages stay and a rerun reuses them.
     """
-
-    exit_code = 2

@@ -7,21 +7,29 @@ orphans only: staging folders and temporary files that no live process holds a l
 It never deletes or rewrites a committed stage, a version record, an alias or a version.
 """
 
+import os
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import locks
-from .audit import AUDIT_FILE
-from .checkpoints import CHECKPOINTS_DIR, CheckpointRef, verify_checkpoint_files
-from .decisions import DECISIONS_DIR
+from . import locks, paths
+from .checkpoints import CheckpointRef, verify_checkpoint_files
 from .errors import ArtifactCorrupt, ArtifactError
+from .layout import (
+    ALIASES_DIR,
+    AUDIT_FILE,
+    CHECKPOINTS_DIR,
+    DECISIONS_DIR,
+    RELEASE,
+    RUN_LOG_FILE,
+    VERSION_RECORD,
+    VERSIONS_DIR,
+)
 from .manifest import MANIFEST_NAME, TEMP_SUFFIX, read_sealed, sha256_bytes
 from .names import NAME_PATTERN, VERSION_PATTERN, StageRef, check_model
-from .store import VERSION_RECORD, ArtifactStore
+from .store import ArtifactStore
 from .writer import STAGING_PREFIX
-
-RELEASE_ALIAS = "release"
 
 
 @dataclass(frozen=True)
@@ -85,11 +93,12 @@ def _orphan(store: ArtifactStore, path: Path, kind: str) -> list[Problem]:
 
 
 def _check_versions(store: ArtifactStore, model: str) -> list[Problem]:
-    versions_dir = store.root / model / "versions"
-    if not versions_dir.is_dir():
+    # fsck walks what is on disk, names the rules would refuse included, so it joins without validating.
+    folder = store.root / model / VERSIONS_DIR
+    if not folder.is_dir():
         return []
     problems = []
-    for entry in sorted(versions_dir.iterdir()):
+    for entry in sorted(folder.iterdir()):
         if not (entry.is_dir() and VERSION_PATTERN.fullmatch(entry.name)):
             problems.append(Problem("unexpected-entry", _rel(store, entry), "not a version folder (v1, v2, ...)"))
             continue
@@ -106,6 +115,8 @@ def _check_version(store: ArtifactStore, model: str, version_dir: Path) -> list[
             problems += _orphan(store, entry, "orphan-temp")
         elif entry.name == VERSION_RECORD and entry.is_file():
             continue
+        elif entry.name == RUN_LOG_FILE:
+            problems += _check_run_log(store, entry)
         elif entry.name == CHECKPOINTS_DIR and entry.is_dir() and not entry.is_symlink():
             problems += _check_checkpoints(store, model, version_dir.name, entry)
         elif entry.name == DECISIONS_DIR and entry.is_dir() and not entry.is_symlink():
@@ -120,6 +131,16 @@ def _check_version(store: ArtifactStore, model: str, version_dir: Path) -> list[
     problems += _check_record(store, model, version_dir, manifests)
     problems += _check_input_links(store, version_dir, manifests)
     return problems
+
+
+def _check_run_log(store: ArtifactStore, path: Path) -> list[Problem]:
+    # lstat: a symlink is judged as a link, never by what it points at; the store never writes through one.
+    mode = os.lstat(path).st_mode
+    if stat.S_ISREG(mode):
+        return []  # informational and unhashed: any content is fine
+    found = "a symlink" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+    return [Problem("bad-run-log", _rel(store, path),
+                    f"the run log must be a regular file, found {found}; move it aside (runs append to a new one)")]
 
 
 def _check_checkpoints(store: ArtifactStore, model: str, version: str, folder: Path) -> list[Problem]:
@@ -209,8 +230,11 @@ def _check_input_links(store: ArtifactStore, version_dir: Path, manifests: dict[
         except (ArtifactError, KeyError):
             continue  # already reported as malformed
         for name, pin in sorted(inputs.items()):
-            upstream = store.root / pin["model"] / "versions" / pin["version"] / pin["stage"] / MANIFEST_NAME
-            actual = sha256_bytes(upstream.read_bytes()) if upstream.is_file() else None
+            try:
+                upstream = paths.stage_dir(store.root, pin["model"], pin["version"], pin["stage"]) / MANIFEST_NAME
+            except ArtifactError:
+                upstream = None  # a pin naming no valid stage can only be broken
+            actual = sha256_bytes(upstream.read_bytes()) if upstream is not None and upstream.is_file() else None
             if actual != pin["manifest_sha256"]:
                 problems.append(Problem("broken-input", f"{_rel(store, version_dir)}/{stage}",
                                         f"input {name!r} ({pin['version']}/{pin['stage']}) "
@@ -227,11 +251,11 @@ def _check_audit_log(store: ArtifactStore, model: str) -> list[Problem]:
 
 
 def _check_aliases(store: ArtifactStore, model: str) -> list[Problem]:
-    aliases_dir = store.root / model / "aliases"
-    if not aliases_dir.is_dir():
+    folder = store.root / model / ALIASES_DIR
+    if not folder.is_dir():
         return []
     problems = []
-    for entry in sorted(aliases_dir.iterdir()):
+    for entry in sorted(folder.iterdir()):
         if entry.name.startswith(".") and entry.name.endswith(TEMP_SUFFIX):
             problems += _orphan(store, entry, "orphan-temp")
         elif entry.suffix == ".json" and NAME_PATTERN.fullmatch(entry.stem) and ".." not in entry.stem:
@@ -246,18 +270,18 @@ def _check_alias(store: ArtifactStore, model: str, path: Path) -> list[Problem]:
         version = store.alias(model, path.stem)
     except ArtifactError as exc:
         return [Problem("malformed-alias", shown, str(exc))]
-    version_dir = store.root / model / "versions" / version
-    if not version_dir.is_dir():
+    folder = store.root / model / VERSIONS_DIR / version
+    if not folder.is_dir():
         return [Problem("dangling-alias", shown, f"points at {version}, which does not exist; "
                         "point it at an existing version")]
-    record_path = version_dir / VERSION_RECORD
+    record_path = folder / VERSION_RECORD
     if not record_path.is_file():
         return [Problem("dangling-alias", shown, f"points at {version}, which was never finalized")]
     try:
         status = read_sealed(record_path.read_bytes(), shown, "").get("status")
     except ArtifactError:
         return []  # the record itself is reported under the version
-    if path.stem == RELEASE_ALIAS and status != "passed":
+    if path.stem == RELEASE and status != "passed":
         return [Problem("release-not-passed", shown, f"points at {version}, whose status is {status!r}, not 'passed'")]
     return []
 

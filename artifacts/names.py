@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 
 from .errors import InvalidName
+from .layout import CHECKPOINTS_DIR, DECISIONS_DIR, RELEASE, RUN_LOG_FILE, VERSION_RECORD
 
 # fullmatch, not `$`: `$` would also accept a trailing newline.
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
@@ -16,13 +17,19 @@ NAME_RULE = (
     f"must match {NAME_PATTERN.pattern} (lowercase letters, digits, '.', '_' or '-', "
     "starting with a letter or digit, at most 64 characters) and must not contain '..'"
 )
-# A stage folder sits next to the version record, the checkpoints and the decisions folders; it must not clash with them.
-RESERVED_STAGE_NAMES = frozenset({"version.json", "checkpoints", "decisions"})
+# A stage folder sits next to the version record, the run log, the checkpoints and the decisions
+# folders; it must not clash with them.
+RESERVED_STAGE_NAMES = frozenset({VERSION_RECORD, RUN_LOG_FILE, CHECKPOINTS_DIR, DECISIONS_DIR})
 
 
 @dataclass(frozen=True)
 class VersionRef:
-    """One version of one model; `path` is the absolute version folder when it was looked up."""
+    """One version of one model.
+
+    `path` is the absolute version folder (as a str) when the ref was made: `Path(ref.path)` is
+    the documented way to reach a version folder. For what lies inside it, ask the store
+    (`stage_dir`, `run_log_path`) rather than joining names by hand.
+    """
 
     model: str
     version: str
@@ -74,7 +81,7 @@ def check_alias(value: object) -> str:
     Raises:
         InvalidName: the name breaks the naming rules.
     """
-    return _check_name("alias name", value, "release")
+    return _check_name("alias name", value, RELEASE)
 
 
 def check_stage(value: object) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from . import locks
 from .errors import ArtifactError, ArtifactExists, StoreFull
+from .layout import VERSION_RECORD
 from .manifest import (
     MANIFEST_NAME,
     OUT_OF_SPACE,
@@ -24,7 +25,9 @@ from .manifest import (
     to_json_safe,
     utc_now,
 )
-from .names import StageRef, VersionRef
+from .names import StageRef, VersionRef, check_stage
+from .paths import stage_dir
+from .verify import read_pinned_manifest
 
 
 STAGING_PREFIX = ".staging-"
@@ -61,6 +64,37 @@ def close_staging(staging: Path, label: str, commit, failure: BaseException | No
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def open_stage_writer(root: Path, ref: VersionRef, stage: str, config: dict, inputs: dict[str, StageRef],
+                      input_digest: str | None = None, reused_from: dict | None = None) -> "StageWriter":
+    """A StageWriter for `stage` of the existing version `ref`, after every argument is checked.
+
+    See ArtifactStore.write_stage for what is checked and raised.
+    """
+    version_dir = Path(ref.path)
+    target = version_dir / check_stage(stage)
+    label = f"stage {stage!r} of model {ref.model!r} {ref.version}"
+    if (version_dir / VERSION_RECORD).exists():
+        raise ArtifactExists(
+            f"cannot write {label}: the version is finalized and takes no new stages; create a new version"
+        )
+    if target.exists():
+        raise ArtifactExists(f"{label} is already committed and immutable; write this run into a new version")
+    if not isinstance(config, dict):
+        raise ArtifactError(f"config for {label} must be a dict; got {type(config).__name__}")
+    safe_config = to_json_safe(config, "config")
+    if not isinstance(inputs, dict):
+        raise ArtifactError(f"inputs of {label} must be a dict of name -> StageRef; got {type(inputs).__name__}")
+    for name, input_ref in inputs.items():
+        if not isinstance(name, str) or not isinstance(input_ref, StageRef):
+            raise ArtifactError(
+                f"inputs of {label} must map names to StageRef, got {name!r}: {type(input_ref).__name__}; "
+                "pass the .ref of a committed stage writer or store.stage_ref(...)"
+            )
+        read_pinned_manifest(stage_dir(root, input_ref.model, input_ref.version, input_ref.stage), input_ref, root)
+    return StageWriter(ref, stage, safe_config, dict(inputs), target, version_dir / VERSION_RECORD, root,
+                       input_digest=input_digest, reused_from=reused_from)
 
 
 class StageWriter:

@@ -7,7 +7,7 @@ Trains the pipeline's default model (digits_cnn, on the real 8x8 digits) and Res
 (paddle.vision.models.resnet50 on synthetic 224x224 images) for a fixed number of steps per
 setting: O0 (float32), then O1 and O2 in float16, and in bfloat16 where
 `paddle.amp.is_bfloat16_supported()`. Each setting uses the pipeline's own AMP helpers
-(quantgate.stages.amp) and Paddle's documented loop: auto_cast -> scaler.scale(loss).backward()
+(quantgate.stages.train.amp) and Paddle's documented loop: auto_cast -> scaler.scale(loss).backward()
 -> scaler.step -> scaler.update. Timing starts after warm-up steps and is bracketed by
 `paddle.device.synchronize()`. Prints a table, then the same numbers as JSON.
 
@@ -23,16 +23,15 @@ import sys
 import time
 from contextlib import nullcontext
 
-import quantgate  # noqa: F401  (sets Paddle flags before paddle loads)
-
 import numpy as np
 import paddle
 import paddle.nn.functional as F
 
+import quantgate  # noqa: F401  (sets Paddle flags before paddle loads)
 from quantgate.config import AmpConfig
-from quantgate.stages import amp
-from quantgate.stages.models import build_model
-from quantgate.stages.op_precision import op_precision_record, operator_stats
+from quantgate.stages.train import amp
+from quantgate.stages.train.models import build_model
+from quantgate.stages.train.op_precision import op_precision_record, operator_stats
 
 NO_GPU_EXIT = 2
 
@@ -128,8 +127,8 @@ def pipeline_check(level: str, dtype: str, clip_norm: float) -> dict:
     from pathlib import Path
 
     from quantgate.config import DataConfig, TrainConfig
-    from quantgate.stages.data import prepare_data
-    from quantgate.stages.train import train
+    from quantgate.stages.data.splits import prepare_data
+    from quantgate.stages.train.loop import train
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

@@ -32,7 +32,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import quantgate  # noqa: F401  (legacy program format for PaddleSlim, before paddle is imported)
 import numpy as np
 import onnxruntime as ort
 import paddle
@@ -40,15 +39,16 @@ import paddle.inference as paddle_infer
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
+import quantgate  # noqa: F401  (legacy program format for PaddleSlim, before paddle is imported)
 from quantgate.config import PipelineConfig, QuantizeConfig
-from quantgate.stages.convert import to_onnx
-from quantgate.stages.data import load_splits, prepare_data
-from quantgate.stages.evaluate import session
-from quantgate.stages.export import export
-from quantgate.stages.lower_int8 import lower_int8
-from quantgate.stages.onnx_ops import runtime_op_counts
-from quantgate.stages.quantize import quantize_with_images
-from quantgate.stages.train import train
+from quantgate.stages.convert.lower_int8 import lower_int8
+from quantgate.stages.convert.onnx_export import to_onnx
+from quantgate.stages.convert.onnx_ops import runtime_op_counts
+from quantgate.stages.data.splits import load_splits, prepare_data
+from quantgate.stages.evaluate.accuracy import session
+from quantgate.stages.export.inference_model import export
+from quantgate.stages.quantize.ptq import quantize_with_images
+from quantgate.stages.train.loop import train
 
 VARIANTS = ("ort_fp32", "paddle2onnx_int8", "quantgate_int8", "ort_quantize_static",
             "paddle_fp32_onednn", "paddle_int8_onednn")

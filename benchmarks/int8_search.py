@@ -27,7 +27,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import quantgate  # noqa: F401  (legacy program format for PaddleSlim, before paddle is imported)
 import numpy as np
 import onnxruntime as ort
 import paddle
@@ -36,15 +35,17 @@ from onnxruntime.quantization.shape_inference import quant_pre_process
 from PIL import Image
 from sklearn.datasets import load_digits
 
+import quantgate  # noqa: F401  (legacy program format for PaddleSlim, before paddle is imported)
 from quantgate.config import EvaluateConfig, GatePolicy, PipelineConfig, validate_config
-from quantgate.stages.convert import convert
-from quantgate.stages.data import load_splits, prepare_data
-from quantgate.stages.evaluate import evaluate
-from quantgate.stages.export import MODEL_FILE, PARAMS_FILE, export
-from quantgate.stages.latency import measure
-from quantgate.stages.quantize import quantize
-from quantgate.stages.quantize_search import search_quantization
-from quantgate.stages.train import train
+from quantgate.stages.convert.onnx_export import convert
+from quantgate.stages.data.splits import load_splits, prepare_data
+from quantgate.stages.evaluate.accuracy import evaluate
+from quantgate.stages.evaluate.latency import measure
+from quantgate.stages.export.inference_model import export
+from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
+from quantgate.stages.quantize.ptq import quantize
+from quantgate.stages.quantize.search import search_quantization
+from quantgate.stages.train.loop import train
 
 VARIANTS = ("plain_ptq", "searched", "ort_quantize_static")
 

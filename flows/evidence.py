@@ -9,11 +9,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from quantgate.artifacts import ArtifactError, ArtifactStore, StageRef
-from quantgate.stages.evaluate import PREDICTIONS_FILE
+from quantgate.artifacts import RELEASE, ArtifactError, ArtifactStore, StageRef
+from quantgate.stages.evaluate.outputs import INT8_TOP1, PREDICTIONS_FILE
 from quantgate.stages.gate import ReleaseBaseline
-
-RELEASE_ALIAS = "release"
 
 
 def gate_evidence(store: ArtifactStore, evaluated: StageRef) -> tuple[dict, Path | None, tuple[str, ...]]:
@@ -39,7 +37,7 @@ def release_baseline(store: ArtifactStore, model: str) -> ReleaseBaseline | None
     gate's regression criterion fails closed instead of being skipped.
     """
     try:
-        version = store.alias(model, RELEASE_ALIAS)
+        version = store.alias(model, RELEASE)
     except ArtifactError as exc:
         return ReleaseBaseline("unknown", None, str(exc))
     if version is None:
@@ -49,9 +47,9 @@ def release_baseline(store: ArtifactStore, model: str) -> ReleaseBaseline | None
     except ArtifactError as exc:
         return ReleaseBaseline(version, None, str(exc))
     metrics, _, problems = gate_evidence(store, evaluated)
-    value = metrics.get("int8_top1_pct")
+    value = metrics.get(INT8_TOP1)
     if problems:
         return ReleaseBaseline(version, None, "; ".join(problems))
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return ReleaseBaseline(version, None, f"its evaluation records int8_top1_pct={value!r}")
+        return ReleaseBaseline(version, None, f"its evaluation records {INT8_TOP1}={value!r}")
     return ReleaseBaseline(version, float(value))

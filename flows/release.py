@@ -8,8 +8,18 @@ from __future__ import annotations
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from quantgate.artifacts import ArtifactError, ArtifactExists, ArtifactStore, CheckpointRef, StageRef, VersionRef
+from quantgate.artifacts import (
+    LATEST,
+    RELEASE,
+    ArtifactError,
+    ArtifactExists,
+    ArtifactStore,
+    CheckpointRef,
+    StageRef,
+    VersionRef,
+)
 from quantgate.config import PipelineConfig
+from quantgate.errors import Rejected
 from quantgate.flows.report import publish_report
 from quantgate.flows.tasks import (
     check_calibration_size,
@@ -24,8 +34,24 @@ from quantgate.flows.tasks import (
     train_task,
 )
 from quantgate.settings import resolve_store_root
-from quantgate.stages.errors import GateFailed
+from quantgate.stages.data.outputs import FINGERPRINT, PREPROCESSING
+from quantgate.stages.evaluate.outputs import HEADLINE_METRICS
 from quantgate.stages.gate import Criterion
+from quantgate.stages.quantize.outputs import SEARCH
+from quantgate.stages.train.outputs import AMP, ARCHITECTURE, SCALER
+
+
+class GateFailed(Rejected):
+    """The INT8 model did not meet the release policy; `criteria` holds every failed rule (exit 1)."""
+
+    def __init__(self, model: str, version: str, criteria: list[str]):
+        self.model = model
+        self.version = version
+        self.criteria = list(criteria)
+        super().__init__(
+            f"release gate failed for {model}/{version}: " + "; ".join(self.criteria)
+            + ". The version is kept for inspection and 'release' was not moved."
+        )
 
 
 def version_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str, StageRef]) -> dict:
@@ -33,20 +59,17 @@ def version_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str,
     manifests = {stage: store.read_manifest(ref) for stage, ref in refs.items()}
     gate = manifests["gate"]["metrics"]
     evaluation = manifests["evaluate"]["metrics"]
-    headline = ("fp32_top1_pct", "int8_top1_pct", "accuracy_delta_pts", "agreement",
-                "latency_ms_p50_fp32", "latency_ms_p50_int8", "speedup_int8_vs_fp32", "model_bytes_fp32",
-                "model_bytes_int8")
     return {
         "status": "passed" if gate["passed"] else "failed",
         "gate": gate,
-        "metrics": {key: evaluation[key] for key in headline},
-        "amp": manifests["train"]["metrics"]["amp"],
-        "scaler": manifests["train"]["metrics"]["scaler"],
-        "search": manifests["quantize"]["metrics"].get("search"),
-        "data_fingerprint_sha256": manifests["data"]["metrics"]["fingerprint_sha256"],
+        "metrics": {key: evaluation[key] for key in HEADLINE_METRICS},
+        "amp": manifests["train"]["metrics"][AMP],
+        "scaler": manifests["train"]["metrics"][SCALER],
+        "search": manifests["quantize"]["metrics"].get(SEARCH),
+        "data_fingerprint_sha256": manifests["data"]["metrics"][FINGERPRINT],
         # What a deployment needs besides the model file: the network and the input pre-processing.
-        "architecture": manifests["train"]["metrics"]["architecture"],
-        "preprocessing": manifests["data"]["metrics"].get("preprocessing"),
+        "architecture": manifests["train"]["metrics"][ARCHITECTURE],
+        "preprocessing": manifests["data"]["metrics"].get(PREPROCESSING),
         "stage_seconds": {stage: manifests[stage]["duration_s"] for stage in refs},
         "reused": {stage: manifests[stage]["reused_from"]["version"] for stage in refs
                    if manifests[stage].get("reused_from")},
@@ -73,9 +96,9 @@ def publish_task(store_root: str, version: VersionRef, config: PipelineConfig, r
     store = ArtifactStore(store_root)
     record = version_record(store, config, refs)
     store.finalize_version(version, record)
-    store.set_alias(version.model, "latest", version.version, reason=f"run finished: gate {record['status']}")
+    store.set_alias(version.model, LATEST, version.version, reason=f"run finished: gate {record['status']}")
     if record["status"] == "passed":
-        store.set_alias(version.model, "release", version.version, reason="gate passed")
+        store.set_alias(version.model, RELEASE, version.version, reason="gate passed")
         get_run_logger().info("release -> %s/%s", version.model, version.version)
     return record
 
@@ -125,7 +148,7 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
         except Exception as exc:
             record_error(artifact_store, version, config, exc)
             raise
-    publish_report(version, record, artifact_store.alias(version.model, "release"),
+    publish_report(version, record, artifact_store.alias(version.model, RELEASE),
                    artifact_store.verify_stage(refs["report"]))
     if record["status"] != "passed":
         failed = [Criterion(**criterion) for criterion in record["gate"]["criteria"] if not criterion["passed"]]

@@ -14,10 +14,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import paddle
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
-
-import paddle
 
 from quantgate.artifacts import ArtifactStore, CheckpointRef, StageRef, VersionRef
 from quantgate.artifacts.reuse import reuse_note
@@ -25,16 +24,28 @@ from quantgate.config import DataConfig, EvaluateConfig, GatePolicy, QuantizeCon
 from quantgate.flows.code_version import code_digest
 from quantgate.flows.evidence import gate_evidence, release_baseline
 from quantgate.flows.stage_logs import stage_logs_to_prefect
-from quantgate.stages.convert import FP32_FILE, INT8_FILE, OPSET, PADDLE2ONNX_INT8_FILE, convert
-from quantgate.stages.data import SPLITS_FILE, prepare_data
+from quantgate.stages.convert import convert
+from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, OPSET, PADDLE2ONNX_INT8_FILE
+from quantgate.stages.data import prepare_data
+from quantgate.stages.data.outputs import SAMPLES_CALIBRATION, SPLITS_FILE
 from quantgate.stages.evaluate import evaluate
-from quantgate.stages.export import MODEL_FILE, PARAMS_FILE, export
+from quantgate.stages.export import export
+from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.gate import ReleaseBaseline, gate
-from quantgate.stages.quantize import calibration_batches, quantize
-from quantgate.stages.quantize_search import search_quantization
-from quantgate.stages.report import PER_CLASS_PLOT, REPORT_FILE, TRAINING_PLOT, report
-from quantgate.stages.train import REFERENCE_LOGITS_FILE, STEPS_FILE, WEIGHTS_FILE, train
-from quantgate.stages.training_scalars import VISUALDL_DIR
+from quantgate.stages.quantize import calibration_batches, quantize, search_quantization
+from quantgate.stages.quantize.outputs import SEARCH
+from quantgate.stages.report import report
+from quantgate.stages.report.outputs import PLOTS, REPORT_FILE
+from quantgate.stages.train import train
+from quantgate.stages.train.outputs import (
+    AMP,
+    ARCHITECTURE,
+    REFERENCE_LOGITS_FILE,
+    SCALER,
+    STEPS_FILE,
+    VISUALDL_DIR,
+    WEIGHTS_FILE,
+)
 
 STAGE_TASK = {"retries": 0, "cache_policy": NO_CACHE}
 
@@ -81,7 +92,7 @@ def check_calibration_size(store_root: str, data: StageRef, config: QuantizeConf
     Raises:
         QuantizationError: quantize.batch_nums x batch_size exceeds the calibration samples.
     """
-    samples = ArtifactStore(store_root).read_manifest(data)["metrics"]["samples_calibration"]
+    samples = ArtifactStore(store_root).read_manifest(data)["metrics"][SAMPLES_CALIBRATION]
     calibration_batches(samples, config)
 
 
@@ -134,10 +145,10 @@ def train_task(
     ref = run_stage(store_root, version, "train", config.model_dump(mode="json"), {"data": data}, work,
                     reuse and not user_code(config.architecture), environment=resumed)
     metrics = store.read_manifest(ref)["metrics"]
-    amp = metrics["amp"]
+    amp = metrics[AMP]
     get_run_logger().info("AMP requested %s/%s, effective: %s (%s)",
                           config.amp.level, config.amp.dtype, amp["effective"], amp["reason"])
-    scaler = metrics["scaler"]
+    scaler = metrics[SCALER]
     get_run_logger().info("loss scale %s -> %s (min %s), %d of %d steps skipped",
                           scaler["initial_scale"], scaler["final_scale"], scaler["min_scale"],
                           scaler["skipped_steps"], scaler["steps"])
@@ -148,7 +159,7 @@ def train_task(
 def export_task(store_root: str, version: VersionRef, trained: StageRef, data: StageRef,
                 reuse: bool = True) -> StageRef:
     """Save the FP32 inference model and check it against training."""
-    architecture = ArtifactStore(store_root).read_manifest(trained)["metrics"]["architecture"]
+    architecture = ArtifactStore(store_root).read_manifest(trained)["metrics"][ARCHITECTURE]
     return run_stage(
         store_root, version, "export", {"architecture": architecture}, {"train": trained, "data": data},
         lambda dirs, out: export(
@@ -161,7 +172,7 @@ def export_task(store_root: str, version: VersionRef, trained: StageRef, data: S
 
 def search_summary(store: ArtifactStore, quantized: StageRef | None) -> dict | None:
     """The INT8 search's summary in the quantize manifest; None for strategy 'single' (or no quantize ref)."""
-    return store.read_manifest(quantized)["metrics"].get("search") if quantized is not None else None
+    return store.read_manifest(quantized)["metrics"].get(SEARCH) if quantized is not None else None
 
 
 @task(name="quantize", **STAGE_TASK)
@@ -252,12 +263,12 @@ def report_task(store_root: str, version: VersionRef, trained: StageRef, evaluat
     store = ArtifactStore(store_root)
     train_metrics, evaluation, gate_record = (store.read_manifest(ref)["metrics"] for ref in (trained, evaluated, gated))
     search = search_summary(store, quantized)
-    version_dir = Path(version.path)
+    report_dir = store.stage_dir(version, "report")
     where = {
-        "version": str(version_dir),
-        "report": str(version_dir / "report" / REPORT_FILE),
-        "plots": ", ".join(str(version_dir / "report" / name) for name in (TRAINING_PLOT, PER_CLASS_PLOT)),
-        "VisualDL": f"visualdl --logdir {version_dir / trained.stage / VISUALDL_DIR}",
+        "version": str(version.path),
+        "report": str(report_dir / REPORT_FILE),
+        "plots": ", ".join(str(report_dir / name) for name in PLOTS),
+        "VisualDL": f"visualdl --logdir {store.stage_dir(version, trained.stage) / VISUALDL_DIR}",
     }
     return run_stage(
         store_root, version, "report", {}, {"train": trained, "evaluate": evaluated, "gate": gated},

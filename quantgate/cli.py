@@ -14,13 +14,13 @@ import traceback
 from pathlib import Path
 
 from quantgate import release_commands
-from quantgate.config import PipelineConfig, apply_override, read_yaml, validate_config
-from quantgate.errors import ConfigError, QuantgateError
+from quantgate.config import ConfigError, PipelineConfig, apply_override, read_yaml, validate_config
+from quantgate.errors import QuantgateError
 from quantgate.fsck_command import add_parser as add_fsck_parser
 from quantgate.fsck_command import command_fsck
 from quantgate.settings import STORE_ENV, resolve_store_root
 from quantgate.stages import PIPELINE
-from quantgate.stages.gate import Criterion
+from quantgate.stages.gate.decision import Criterion
 
 # Convenience flags for the settings people change most; --set reaches every other field.
 SHORTCUTS = {
@@ -155,7 +155,7 @@ def check_resume(store, config: PipelineConfig, version: str) -> None:
         ArtifactCorrupt: the checkpoint's bytes changed since it was written.
     """
     from quantgate.artifacts import ArtifactNotFound, InvalidName
-    from quantgate.stages.checkpoints import read_state, resume_problems
+    from quantgate.stages.train.checkpoint_state import read_state, resume_problems
 
     try:
         ref = store.latest_checkpoint(store.version(config.model_name, version), "train")

@@ -13,11 +13,20 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from quantgate.errors import ConfigError
+from quantgate.errors import BadInput
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 # A paddle.vision.models / built-in name (resnet18), or a user network's `package.module:factory`.
 ARCHITECTURE_PATTERN = r"^([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:)?[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class ConfigError(BadInput, ValueError):
+    """The configuration is invalid; `problems` lists every bad field, not just the first."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {problem}" for problem in self.problems)
+        super().__init__(f"invalid configuration ({len(self.problems)} problem(s)):\n{lines}")
 
 
 class Section(BaseModel):

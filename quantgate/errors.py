@@ -1,23 +1,33 @@
-"""The root of quantgate's error family; each package defines its own subclasses.
+"""The root of quantgate's error family and the exit codes it carries.
 
-Every error carries `exit_code` so the CLI can turn it into a process status without
-knowing every subclass: 1 means the release gate said no, 2 means the input was bad,
-3 means the pipeline itself broke.
+Every error quantgate raises on purpose is a `QuantgateError`; its `exit_code` is what the CLI
+returns, so the CLI never needs to know the subclasses. Each subclass is defined in the module
+(or package) that raises it, under one of the three kinds below:
+
+- 1, `Rejected`: the release gate said no (or a move it governs was refused because of it);
+- 2, `BadInput`: the configuration, data, store path or a named version is unusable, or the disk is full;
+- 3, `QuantgateError` itself: the pipeline broke or could not start.
 """
+
+EXIT_OK = 0
+EXIT_REJECTED = 1
+EXIT_BAD_INPUT = 2
+EXIT_BROKE = 3
 
 
 class QuantgateError(Exception):
-    """Base class for every error quantgate raises on purpose."""
+    """Base class for every error quantgate raises on purpose: the pipeline broke (exit 3)."""
 
-    exit_code = 3
+    exit_code = EXIT_BROKE
 
 
-class ConfigError(QuantgateError, ValueError):
-    """The configuration is invalid; `problems` lists every bad field, not just the first."""
+class BadInput(QuantgateError):
+    """Something the user gave cannot be used; the message names it and the fix (exit 2)."""
 
-    exit_code = 2
+    exit_code = EXIT_BAD_INPUT
 
-    def __init__(self, problems: list[str]):
-        self.problems = list(problems)
-        lines = "\n".join(f"  - {problem}" for problem in self.problems)
-        super().__init__(f"invalid configuration ({len(self.problems)} problem(s)):\n{lines}")
+
+class Rejected(QuantgateError):
+    """The release policy said no: the gate failed, or an alias move it governs was refused (exit 1)."""
+
+    exit_code = EXIT_REJECTED

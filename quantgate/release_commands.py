@@ -11,8 +11,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from quantgate.config import apply_override, read_yaml, validate_config
-from quantgate.errors import ConfigError, QuantgateError
+from quantgate.config import ConfigError, apply_override, read_yaml, validate_config
+from quantgate.errors import QuantgateError
 from quantgate.settings import STORE_ENV, resolve_store_root
 
 RELEASE = "release"
@@ -138,7 +138,8 @@ def gate_verdict(store, ref) -> tuple[bool, str]:
 def command_gate(args: argparse.Namespace) -> int:
     from quantgate.artifacts import ArtifactError
     from quantgate.flows.evidence import gate_evidence, release_baseline
-    from quantgate.stages.gate import GATE_FILE, gate
+    from quantgate.stages.gate.decision import gate
+    from quantgate.stages.gate.outputs import GATE_FILE
 
     store, model = _open(args)
     ref = _version(store, model, args.version)

@@ -57,7 +57,12 @@ class StageDirs:
 @pytest.fixture(scope="session")
 def stage_dirs(tmp_path_factory) -> StageDirs:
     """Run every stage once, in order, into its own folder (no store, no Prefect)."""
-    from quantgate.stages import convert, data, evaluate, export, quantize, train
+    from quantgate.stages.convert import onnx_export as convert
+    from quantgate.stages.data import splits as data
+    from quantgate.stages.evaluate import accuracy as evaluate
+    from quantgate.stages.export import inference_model as export
+    from quantgate.stages.quantize import ptq as quantize
+    from quantgate.stages.train import loop as train
 
     config = tiny_config()
     root = tmp_path_factory.mktemp("stages")

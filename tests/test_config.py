@@ -1,7 +1,6 @@
 import pytest
 
-from quantgate.config import PipelineConfig, apply_override, read_yaml, validate_config
-from quantgate.errors import ConfigError
+from quantgate.config import ConfigError, PipelineConfig, apply_override, read_yaml, validate_config
 
 
 def test_defaults_validate_and_every_field_is_described():

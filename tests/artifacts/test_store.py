@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from quantgate.artifacts import (
     ArtifactError,
     ArtifactExists,

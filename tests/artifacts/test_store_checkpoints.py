@@ -3,7 +3,6 @@
 import errno
 
 import pytest
-
 from quantgate.artifacts import ArtifactCorrupt, ArtifactExists, ArtifactNotFound
 from quantgate.artifacts.errors import StoreFull
 

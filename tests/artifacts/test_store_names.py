@@ -1,7 +1,6 @@
 """Names become path components, so anything that could escape the store is refused."""
 
 import pytest
-
 from quantgate.artifacts import InvalidName, StageRef
 
 BAD_NAMES = ["../etc", "/abs", "A B", "", "a..b", "Upper", ".hidden", "x/y", "a\n", "a" * 65, None,
@@ -47,3 +46,9 @@ def test_stage_ref_with_traversal_is_refused(store):
 def test_good_names_are_accepted(store):
     ref = store.create_version("resnet18.int8_v2-a")
     assert store.version("resnet18.int8_v2-a", "v1") == ref
+
+
+def test_the_alias_constants_spell_the_alias_files_existing_stores_hold():
+    from quantgate.artifacts import LATEST, RELEASE
+
+    assert (RELEASE, LATEST) == ("release", "latest")

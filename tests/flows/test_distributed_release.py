@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from quantgate.flows.release import release
-from quantgate.stages.train_distributed import weights_sha256
+from quantgate.stages.train.distributed import weights_sha256
 
 
 def test_two_process_training_ends_with_identical_weights_recorded_in_the_manifest(tmp_path, tiny_config):

@@ -6,9 +6,9 @@ import pytest
 from prefect.exceptions import ParameterTypeError
 
 from quantgate.artifacts import ArtifactStore
-from quantgate.flows.release import release
+from quantgate.flows.release import GateFailed, release
 from quantgate.stages import PIPELINE as STAGES
-from quantgate.stages.errors import GateFailed, QuantizationError
+from quantgate.stages.quantize.ptq import QuantizationError
 
 
 def sha256(path: Path) -> str:

@@ -6,7 +6,7 @@ import json
 
 from quantgate.artifacts import ArtifactStore
 from quantgate.flows.release import release
-from quantgate.stages.quantize_search import SEARCH_FILE
+from quantgate.stages.quantize.outputs import SEARCH_FILE
 
 
 def test_a_searched_release_records_the_search_and_the_gate_checks_it(tmp_path, tiny_config):

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from cli_runs import TINY_RUN, Runner, copy_store
 
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -13,7 +13,7 @@ from quantgate.artifacts import ArtifactStore
 from quantgate.cli import main
 from quantgate.config import GatePolicy
 from quantgate.flows.evidence import gate_evidence, release_baseline
-from quantgate.stages.gate import gate
+from quantgate.stages.gate.decision import gate
 
 MODEL = "digits-cnn"
 STAGE_INPUTS = {"data": (), "train": ("data",), "export": ("train", "data"), "quantize": ("export", "data"),

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from quantgate.config import DataConfig
-from quantgate.stages.data import load_splits, prepare_data
+from quantgate.stages.data.splits import load_splits, prepare_data
 
 
 def test_split_is_deterministic_disjoint_and_stratified(tmp_path):
@@ -33,8 +33,7 @@ def test_fingerprint_changes_with_the_split(tmp_path):
 
 
 def test_unknown_dataset_is_refused_by_the_schema():
-    from quantgate.errors import ConfigError
-    from quantgate.config import validate_config
+    from quantgate.config import ConfigError, validate_config
 
     with pytest.raises(ConfigError, match="data.dataset.*'digits'"):
         validate_config({"data": {"dataset": "mnist"}})

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from quantgate.stages.data import load_splits
-from quantgate.stages.errors import StageError
-from quantgate.stages.latency import measure
+from quantgate.stages.data.splits import load_splits
+from quantgate.stages.evaluate.latency import measure
+from quantgate.stages.shared.errors import StageError
 
 
 def test_metrics_are_consistent_with_the_stored_predictions(stage_dirs):

@@ -12,12 +12,12 @@ import paddle
 import pytest
 
 from quantgate.config import AmpConfig
-from quantgate.stages import amp
-from quantgate.stages.data import load_splits
-from quantgate.stages.export import export
-from quantgate.stages.models import build_model
-from quantgate.stages.static_graph import load_program, persistable_dtypes, static_mode
-from quantgate.stages.train import _reference_logits
+from quantgate.stages.data.splits import load_splits
+from quantgate.stages.export.inference_model import export
+from quantgate.stages.shared.static_graph import load_program, persistable_dtypes, static_mode
+from quantgate.stages.train import amp
+from quantgate.stages.train.loop import _reference_logits
+from quantgate.stages.train.models import build_model
 
 
 @pytest.fixture()

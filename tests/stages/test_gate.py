@@ -4,9 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from quantgate.config import GatePolicy, validate_config
-from quantgate.errors import ConfigError
-from quantgate.stages.gate import ReleaseBaseline, decide, gate, paired_bootstrap_delta
+from quantgate.config import ConfigError, GatePolicy, validate_config
+from quantgate.stages.gate.decision import ReleaseBaseline, decide, gate, paired_bootstrap_delta
 
 GOOD = {"fp32_top1_pct": 97.5, "int8_top1_pct": 97.0, "agreement": 0.99, "speedup_int8_vs_fp32": 1.8}
 

@@ -6,8 +6,8 @@ from folder_images import write_image_folder
 from PIL import Image
 
 from quantgate.config import DataConfig
-from quantgate.stages.data import load_splits, prepare_data
-from quantgate.stages.errors import DataError
+from quantgate.stages.data.errors import DataError
+from quantgate.stages.data.splits import load_splits, prepare_data
 
 TRANSFORMS = {"resize": 20, "center_crop": 16, "mean": [0.5], "std": [0.5]}
 

@@ -5,11 +5,11 @@ import onnxruntime as ort
 import pytest
 
 from quantgate.config import QuantizeConfig
-from quantgate.stages.data import load_splits
-from quantgate.stages.layer_sensitivity import FallbackEstimator, float_weights, lowered_model
-from quantgate.stages.lower_int8 import quantized_layers
-from quantgate.stages.quantize import quantize_with_images
-from quantgate.stages.validation_check import ValidationCheck
+from quantgate.stages.convert.lower_int8 import quantized_layers
+from quantgate.stages.data.splits import load_splits
+from quantgate.stages.quantize.layer_sensitivity import FallbackEstimator, float_weights, lowered_model
+from quantgate.stages.quantize.ptq import quantize_with_images
+from quantgate.stages.quantize.validation_check import ValidationCheck
 
 
 def logits(onnx_file, images):

@@ -2,8 +2,7 @@ import onnx
 import pytest
 
 from quantgate.config import QuantizeConfig
-from quantgate.stages.errors import QuantizationError
-from quantgate.stages.quantize import quantize
+from quantgate.stages.quantize.ptq import QuantizationError, quantize
 
 
 def test_paddleslim_inserted_int8_quantization(stage_dirs):

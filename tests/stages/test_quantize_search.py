@@ -17,11 +17,12 @@ import pytest
 
 from quantgate.artifacts.cache import ContentCache
 from quantgate.config import EvaluateConfig, GatePolicy, QuantizeConfig
-from quantgate.stages.data import load_splits
-from quantgate.stages.export import export
-from quantgate.stages.gate import decide
-from quantgate.stages.models import build_model
-from quantgate.stages.quantize_search import SEARCH_FILE, search_quantization
+from quantgate.stages.data.splits import load_splits
+from quantgate.stages.export.inference_model import export
+from quantgate.stages.gate.decision import decide
+from quantgate.stages.quantize.outputs import SEARCH_FILE
+from quantgate.stages.quantize.search import search_quantization
+from quantgate.stages.train.models import build_model
 
 OUTLIER = 1000.0
 CHANNEL = 5
@@ -52,7 +53,7 @@ def broken_export(stage_dirs, tmp_path_factory):
 
 
 def third_conv_weight(export_dir) -> str:
-    from quantgate.stages.convert import to_onnx
+    from quantgate.stages.convert.onnx_export import to_onnx
 
     to_onnx(export_dir / "model.pdmodel", export_dir / "model.pdiparams", export_dir.parent / "fp32.onnx")
     convs = [node for node in onnx.load(str(export_dir.parent / "fp32.onnx")).graph.node if node.op_type == "Conv"]

@@ -1,8 +1,8 @@
 import struct
 
 from quantgate.config import GatePolicy
-from quantgate.stages.gate import ReleaseBaseline, gate
-from quantgate.stages.report import report
+from quantgate.stages.gate.decision import ReleaseBaseline, gate
+from quantgate.stages.report.markdown import report
 
 
 def png_size(path) -> tuple[int, int]:
@@ -43,7 +43,7 @@ def test_report_shows_fp32_vs_int8_the_gate_and_where_it_lives(stage_dirs, tmp_p
 
 
 def test_the_training_plot_marks_skipped_steps(tmp_path):
-    from quantgate.stages.plots import training_plot
+    from quantgate.stages.report.plots import training_plot
 
     steps = tmp_path / "steps.csv"
     rows = ["step,epoch,loss,loss_scale,skipped"] + [

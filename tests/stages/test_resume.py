@@ -7,8 +7,8 @@ import pytest
 
 from quantgate.artifacts import ArtifactCorrupt, ArtifactStore
 from quantgate.config import TrainConfig
-from quantgate.stages.errors import ResumeMismatch
-from quantgate.stages.train import train
+from quantgate.stages.train.errors import ResumeMismatch
+from quantgate.stages.train.loop import train
 
 EXPECTED_FILES = {"model.pdparams", "weights.npz", "optimizer.pdopt", "scaler.pdscaler", "rng.pkl",
                   "steps.csv", "state.json"}

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from quantgate.config import TrainConfig
-from quantgate.stages.errors import TooManySkippedSteps, TrainingDiverged
-from quantgate.stages.train import DivergenceWatch, _check_finite, train
+from quantgate.stages.train.errors import TooManySkippedSteps, TrainingDiverged
+from quantgate.stages.train.loop import DivergenceWatch, _check_finite, train
 
 
 def test_steps_record_loss_and_loss_scale(stage_dirs):

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from quantgate.config import TrainConfig
-from quantgate.stages.errors import TooManySkippedSteps
-from quantgate.stages.train import train
+from quantgate.stages.train.errors import TooManySkippedSteps
+from quantgate.stages.train.loop import train
 
 
 def read_steps(folder):

@@ -8,9 +8,9 @@ import pytest
 from paddle import nn
 
 from quantgate.config import TrainConfig
-from quantgate.stages.errors import DistributedTrainingFailed, ModelError
-from quantgate.stages.train import train
-from quantgate.stages.train_distributed import weights_sha256
+from quantgate.stages.train.distributed import weights_sha256
+from quantgate.stages.train.errors import DistributedTrainingFailed, ModelError
+from quantgate.stages.train.loop import train
 
 
 def fails_on_rank_one(num_classes, input_shape):
@@ -36,7 +36,7 @@ def test_a_failing_rank_raises_with_the_tail_of_its_log(stage_dirs, tmp_path, mo
 
 
 def test_resuming_is_single_process_only(stage_dirs, tmp_path):
-    from quantgate.stages.errors import ResumeMismatch
+    from quantgate.stages.train.errors import ResumeMismatch
 
     with pytest.raises(ResumeMismatch, match="resume with train.nproc=1"):
         train(TrainConfig(nproc=2), stage_dirs.splits, tmp_path, resume_from=tmp_path / "checkpoint")
@@ -44,10 +44,10 @@ def test_resuming_is_single_process_only(stage_dirs, tmp_path):
 
 
 def test_a_rank_killed_by_something_else_is_a_distributed_failure():
-    from quantgate.stages.train_distributed import _rank_error_class
+    from quantgate.stages.train.distributed import _rank_error_class
 
     assert _rank_error_class("rank 1: Segmentation fault") is DistributedTrainingFailed
-    assert _rank_error_class("quantgate.stages.errors.TrainingDiverged: training diverged").__name__ == "TrainingDiverged"
+    assert _rank_error_class("quantgate.stages.train.errors.TrainingDiverged: training diverged").__name__ == "TrainingDiverged"
 
 
 def test_weights_digest_sees_every_array():

@@ -1,0 +1,77 @@
+"""Convert stage: paddle2onnx turns the FP32 and INT8 Paddle models into checked ONNX files, and the
+INT8 one is lowered to the integer form onnxruntime runs fast (see lower_int8)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+import paddle2onnx
+
+from quantgate.stages.convert.errors import ConversionError
+from quantgate.stages.convert.lower_int8 import lower_int8
+from quantgate.stages.convert.onnx_ops import integer_op_counts, runtime_op_counts
+from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, OPSET, PADDLE2ONNX_INT8_FILE
+
+
+@dataclass(frozen=True)
+class ConvertResult:
+    fp32_file: str
+    int8_file: str
+    paddle2onnx_int8_file: str
+    metrics: dict
+
+
+def to_onnx(model_file: Path, params_file: Path, onnx_file: Path) -> dict:
+    """Convert one Paddle inference model and return facts about the ONNX graph.
+
+    Raises:
+        ConversionError: paddle2onnx failed or the result does not pass onnx.checker.
+    """
+    log = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(log):
+            paddle2onnx.export(
+                str(model_file), str(params_file), save_file=str(onnx_file), opset_version=OPSET,
+                enable_onnx_checker=True,
+            )
+        onnx.checker.check_model(str(onnx_file), full_check=True)
+    except Exception as exc:  # paddle2onnx raises bare RuntimeErrors from C++
+        raise ConversionError(f"paddle2onnx could not convert {model_file.name}: {exc}\n{log.getvalue()}") from exc
+    graph = onnx.load(str(onnx_file)).graph
+    ops: dict[str, int] = {}
+    for node in graph.node:
+        ops[node.op_type] = ops.get(node.op_type, 0) + 1
+    return {"bytes": onnx_file.stat().st_size, "nodes": len(graph.node), "ops": dict(sorted(ops.items()))}
+
+
+def convert(fp32_dir: Path, int8_dir: Path, model_file: str, params_file: str, out_dir: Path) -> ConvertResult:
+    """Convert the exported FP32 model and the PaddleSlim INT8 model to ONNX (opset 13), then lower
+    the INT8 one to integer kernels with PaddleSlim's scales.
+
+    Raises:
+        ConversionError: a conversion or the lowering failed, or a model fails onnx.checker.
+    """
+    out_dir = Path(out_dir)
+    fp32 = to_onnx(Path(fp32_dir) / model_file, Path(fp32_dir) / params_file, out_dir / FP32_FILE)
+    raw = to_onnx(Path(int8_dir) / model_file, Path(int8_dir) / params_file, out_dir / PADDLE2ONNX_INT8_FILE)
+    lowered = lower_int8(out_dir / PADDLE2ONNX_INT8_FILE, out_dir / INT8_FILE,
+                         paddle_model_prefix=Path(int8_dir) / Path(model_file).stem).metrics
+    runtime = {name: runtime_op_counts(out_dir / file)
+               for name, file in (("fp32", FP32_FILE), ("int8_paddle2onnx", PADDLE2ONNX_INT8_FILE), ("int8", INT8_FILE))}
+    metrics = {
+        "opset": OPSET,
+        "paddle2onnx": paddle2onnx.__version__,
+        "fp32": {**fp32, "after_onnxruntime_optimization": runtime["fp32"]},
+        "int8_paddle2onnx": {
+            **raw, **integer_op_counts(onnx.load(str(out_dir / PADDLE2ONNX_INT8_FILE))),
+            "after_onnxruntime_optimization": runtime["int8_paddle2onnx"],
+        },
+        "int8": {**lowered, "after_onnxruntime_optimization": runtime["int8"]},
+        "int8_size_ratio_vs_fp32": lowered["bytes"] / fp32["bytes"],
+        "onnx_checker_passed": True,
+    }
+    return ConvertResult(FP32_FILE, INT8_FILE, PADDLE2ONNX_INT8_FILE, metrics)

@@ -1,0 +1,8 @@
+"""The data stage's error: each message names the folder, file or setting and the fix."""
+
+from quantgate.errors import BadInput
+from quantgate.stages.shared.errors import StageError
+
+
+class DataError(StageError, BadInput):
+    """The dataset or its split is unusable."""

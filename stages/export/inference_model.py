@@ -1,0 +1,85 @@
+"""Export stage: the float32 master weights as a Paddle inference model, checked against training."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import paddle
+
+from quantgate.stages.data.splits import load_splits
+from quantgate.stages.export.outputs import MODEL_FILE, MODEL_PREFIX, PARAMS_FILE
+from quantgate.stages.shared.errors import StageError
+from quantgate.stages.shared.static_graph import load_program, persistable_dtypes, static_mode
+from quantgate.stages.train.models import build_model
+
+INPUT_NAME = "x"
+MAX_ABS_DIFF = 1e-4
+
+
+class ExportMismatch(StageError):
+    """The exported inference model is not the trained float32 model."""
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    model_file: str
+    params_file: str
+    metrics: dict
+
+
+def _require_legacy_format() -> None:
+    if paddle.framework.use_pir_api():
+        raise ExportMismatch(
+            "Paddle is in PIR mode, which PaddleSlim cannot quantize; import quantgate before paddle "
+            "or set FLAGS_enable_pir_api=0 in the environment"
+        )
+
+
+def export(
+    weights_path: Path, reference_logits_path: Path, splits_path: Path, architecture: str, out_dir: Path
+) -> ExportResult:
+    """Save the trained float32 weights with paddle.jit.save and prove the saved model is them.
+
+    Raises:
+        ExportMismatch: a saved parameter is not float32, or the saved model's test-split outputs
+            differ from the trained model's float32 outputs by more than 1e-4.
+    """
+    _require_legacy_format()
+    splits = load_splits(splits_path)
+    with np.load(weights_path, allow_pickle=False) as stored:
+        weights = {name: stored[name] for name in stored.files}
+    model = build_model(architecture, splits.num_classes, splits.input_shape)
+    model.set_state_dict({name: paddle.to_tensor(array) for name, array in weights.items()})
+    model.eval()
+    prefix = Path(out_dir) / MODEL_PREFIX
+    spec = paddle.static.InputSpec([None, *splits.input_shape], "float32", INPUT_NAME)
+    paddle.jit.save(model, str(prefix), input_spec=[spec])
+
+    reference = np.load(reference_logits_path, allow_pickle=False)
+    with static_mode():
+        saved = load_program(prefix)
+        dtypes = persistable_dtypes(saved.program)
+        exported = saved.run(splits.x_test)
+    not_float32 = {name: dtype for name, dtype in dtypes.items() if dtype != "float32"}
+    if not_float32:
+        raise ExportMismatch(f"exported parameters are not float32: {not_float32}; export the float32 master weights")
+    max_abs_diff = float(np.abs(exported - reference).max())
+    if not max_abs_diff <= MAX_ABS_DIFF:
+        raise ExportMismatch(
+            f"exported model's outputs differ from the trained model's by {max_abs_diff:.3g} "
+            f"(limit {MAX_ABS_DIFF}) on the test split; the export did not capture the trained weights"
+        )
+    return ExportResult(
+        model_file=MODEL_FILE,
+        params_file=PARAMS_FILE,
+        metrics={
+            "format": "paddle-legacy-program",
+            "parameters": len(dtypes),
+            "parameter_dtypes": sorted(set(dtypes.values())),
+            "max_abs_diff_vs_trained": max_abs_diff,
+            "max_abs_diff_limit": MAX_ABS_DIFF,
+            "checked_samples": int(len(reference)),
+        },
+    )

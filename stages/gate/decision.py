@@ -1,0 +1,236 @@
+"""Gate stage: decide, criterion by criterion, whether the INT8 model may be released.
+
+The gate fails closed: a metric that is missing, not a finite number, or stale (it does not
+belong to this version's inputs) fails its criterion. A criterion that cannot apply (no
+release to compare with yet) says so with the verdict "not_applicable" and does not block.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import bootstrap
+
+from quantgate.config import GatePolicy
+from quantgate.stages.gate.outputs import GATE_FILE
+
+CONFIDENCE = 0.95
+PASS, FAIL, NOT_APPLICABLE = "pass", "fail", "not_applicable"
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One rule of the policy with the value this run measured.
+
+    `verdict` is "pass", "fail" or "not_applicable" (which does not block); left empty it is
+    derived from `passed`. `note` says why a value is missing, stale or not applicable.
+    """
+
+    name: str
+    measured: float | None
+    threshold: float
+    comparison: str  # "<=" or ">="
+    unit: str
+    passed: bool
+    verdict: str = ""
+    note: str = ""
+
+    def __post_init__(self):
+        if not self.verdict:
+            object.__setattr__(self, "verdict", PASS if self.passed else FAIL)
+
+    def describe(self) -> str:
+        if self.verdict == NOT_APPLICABLE and self.measured is None:
+            return f"{self.name}: not applicable ({self.note})"
+        shown = "missing" if self.measured is None else f"{self.measured:.4g}"
+        verdict = {PASS: "ok", FAIL: "FAILED", NOT_APPLICABLE: "not applicable"}[self.verdict]
+        text = f"{self.name} = {shown} {self.unit} (must be {self.comparison} {self.threshold:g}) {verdict}"
+        return f"{text}: {self.note}" if self.note else text
+
+
+@dataclass(frozen=True)
+class ReleaseBaseline:
+    """The current `release` version's INT8 top-1, as read (and verified) from the store by the caller.
+
+    `int8_top1_pct` is None with a `problem` when the release's record could not be read or verified.
+    """
+
+    version: str
+    int8_top1_pct: float | None
+    problem: str = ""
+
+
+@dataclass(frozen=True)
+class DeltaInterval:
+    """Paired bootstrap interval of the INT8 - FP32 top-1 delta, in points."""
+
+    delta_pts: float
+    low_pts: float
+    high_pts: float
+    confidence: float
+    resamples: int
+    seed: int
+    samples: int
+    method: str = "percentile"
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    passed: bool
+    criteria: tuple[Criterion, ...]
+    evidence: dict = field(default_factory=dict, hash=False)
+
+    @property
+    def failed(self) -> tuple[Criterion, ...]:
+        return tuple(criterion for criterion in self.criteria if not criterion.passed)
+
+    @property
+    def metrics(self) -> dict:
+        """The decision as the gate stage's manifest metrics."""
+        return self.as_dict()
+
+    def as_dict(self) -> dict:
+        return {"passed": self.passed, "criteria": [asdict(criterion) for criterion in self.criteria],
+                **self.evidence}
+
+
+def _number(metrics: dict, key: str) -> float | None:
+    value = metrics.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _criterion(name: str, measured: float | None, threshold: float, comparison: str, unit: str,
+               note: str = "") -> Criterion:
+    if measured is None or not math.isfinite(measured):
+        return Criterion(name, None, threshold, comparison, unit, False, note=note or "no finite value measured")
+    passed = measured <= threshold if comparison == "<=" else measured >= threshold
+    return Criterion(name, measured, threshold, comparison, unit, passed, note=note)
+
+
+def _not_applicable(name: str, threshold: float, comparison: str, unit: str, note: str,
+                    measured: float | None = None) -> Criterion:
+    return Criterion(name, measured, threshold, comparison, unit, True, NOT_APPLICABLE, note)
+
+
+def paired_bootstrap_delta(labels: np.ndarray, fp32_pred: np.ndarray, int8_pred: np.ndarray,
+                           resamples: int, seed: int) -> DeltaInterval:
+    """95 % percentile interval of the INT8 - FP32 top-1 delta, resampling test samples in pairs.
+
+    Each test sample keeps its FP32 and INT8 correctness together, so the interval reflects how
+    often the two models disagree on the same samples, not two independent accuracies.
+    """
+    labels, fp32_pred, int8_pred = (np.asarray(a).reshape(-1) for a in (labels, fp32_pred, int8_pred))
+    if not len(labels) == len(fp32_pred) == len(int8_pred) or len(labels) < 2:
+        raise ValueError(f"need >= 2 paired predictions, got {len(labels)}, {len(fp32_pred)}, {len(int8_pred)}")
+    per_sample = 100.0 * ((int8_pred == labels).astype(np.float64) - (fp32_pred == labels).astype(np.float64))
+    result = bootstrap((per_sample,), np.mean, n_resamples=resamples, confidence_level=CONFIDENCE,
+                       method="percentile", vectorized=True, rng=np.random.default_rng(seed))
+    low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+    return DeltaInterval(float(per_sample.mean()), low, high, CONFIDENCE, resamples, seed, int(len(labels)))
+
+
+def _regression(policy: GatePolicy, int8: float | None, release: ReleaseBaseline | None) -> Criterion:
+    name, unit, limit = "release_regression_pts", "pts", policy.max_release_regression
+    if release is None:
+        return _not_applicable(name, limit, "<=", unit, "no release version yet, nothing to compare with")
+    if release.int8_top1_pct is None or not math.isfinite(release.int8_top1_pct):
+        return _criterion(name, None, limit, "<=", unit,
+                          f"release {release.version}'s INT8 top-1 is unusable: {release.problem or 'missing'}")
+    measured = None if int8 is None else release.int8_top1_pct - int8
+    return _criterion(name, measured, limit, "<=", unit,
+                      f"vs release {release.version} (INT8 {release.int8_top1_pct:.2f} %)")
+
+
+def _interval(policy: GatePolicy, interval: DeltaInterval | None) -> Criterion:
+    name, threshold = "delta_ci95_low_pts", 0.0 - policy.max_accuracy_drop  # 0.0 - x: never "-0"
+    low = None if interval is None else interval.low_pts
+    if not policy.require_ci_within_drop:
+        return _not_applicable(name, threshold, ">=", "pts", "informational: gate.require_ci_within_drop is false",
+                               low if low is not None and math.isfinite(low) else None)
+    return _criterion(name, low, threshold, ">=", "pts",
+                      "" if interval is not None else "no paired predictions to bootstrap")
+
+
+def _speedup_note(metrics: dict) -> str:
+    fp32_ms, int8_ms = _number(metrics, "latency_ms_p50_fp32"), _number(metrics, "latency_ms_p50_int8")
+    if fp32_ms is None or int8_ms is None:
+        return ""
+    return f"median {fp32_ms:.3g} ms FP32 / {int8_ms:.3g} ms INT8 per call"
+
+
+def _search(search: dict) -> Criterion:
+    """The INT8 search must have found a recipe that met the policy on the validation split."""
+    passed = search.get("passed") is True
+    note = (f"trial {search.get('kept_trial')} of {search.get('trials')} kept, "
+            f"{len(search.get('float_layers') or [])} FP32 layer(s); {search.get('stopped', '')}")
+    if not passed:
+        note += ": no recipe met the policy on the validation split, so no test-split result can release it"
+    return Criterion("search_validation", 1.0 if passed else 0.0, 1, ">=", "passed", passed, note=note)
+
+
+def decide(policy: GatePolicy, metrics: dict, interval: DeltaInterval | None = None,
+           release: ReleaseBaseline | None = None, stale: tuple[str, ...] = (),
+           search: dict | None = None) -> GateDecision:
+    """Apply `policy` to the evaluation metrics, the delta's interval, the release baseline and staleness,
+    and, when the INT8 model came from a search (`search`: its summary), to the search's verdict."""
+    fp32, int8 = _number(metrics, "fp32_top1_pct"), _number(metrics, "int8_top1_pct")
+    drop = None if fp32 is None or int8 is None else fp32 - int8
+    criteria = (
+        _criterion("accuracy_drop_pts", drop, policy.max_accuracy_drop, "<=", "pts"),
+        _criterion("agreement", _number(metrics, "agreement"), policy.min_agreement, ">=", "fraction"),
+        _criterion("int8_top1_pct", int8, policy.min_int8_accuracy, ">=", "%"),
+        _interval(policy, interval),
+        _regression(policy, int8, release),
+        _criterion("stale_evidence", float(len(stale)), 0, "<=", "problems", "; ".join(stale)),
+        _criterion("speedup", _number(metrics, "speedup_int8_vs_fp32"), policy.min_speedup, ">=", "x",
+                   _speedup_note(metrics)),
+        *((_search(search),) if search is not None else ()),
+    )
+    evidence = {
+        "delta_interval": None if interval is None else asdict(interval),
+        "release_baseline": None if release is None else asdict(release),
+        "stale_problems": list(stale),
+    }
+    return GateDecision(all(criterion.passed for criterion in criteria), criteria, evidence)
+
+
+def _check_predictions(predictions_file: Path, metrics: dict, policy: GatePolicy) -> tuple[DeltaInterval | None, list[str]]:
+    """The delta's interval, and problems if the stored predictions do not reproduce the metrics."""
+    try:
+        with np.load(predictions_file) as stored:
+            labels, fp32_pred, int8_pred = stored["labels"], stored["fp32_pred"], stored["int8_pred"]
+    except (OSError, KeyError, ValueError) as exc:
+        return None, [f"predictions {Path(predictions_file).name} unreadable ({exc})"]
+    problems = []
+    for key, predicted in (("fp32_top1_pct", fp32_pred), ("int8_top1_pct", int8_pred)):
+        recorded, recomputed = _number(metrics, key), 100.0 * float(np.mean(predicted == labels))
+        if recorded is not None and abs(recorded - recomputed) > 1e-9:
+            problems.append(f"{key} {recorded:.4f} does not match the stored predictions ({recomputed:.4f})")
+    try:
+        interval = paired_bootstrap_delta(labels, fp32_pred, int8_pred, policy.bootstrap_resamples, policy.bootstrap_seed)
+    except ValueError as exc:
+        return None, [*problems, f"cannot bootstrap the delta: {exc}"]
+    return interval, problems
+
+
+def gate(policy: GatePolicy, evaluation_metrics: dict, out_dir: Path, predictions_file: Path | None = None,
+         release: ReleaseBaseline | None = None, stale: tuple[str, ...] = (), search: dict | None = None) -> GateDecision:
+    """Decide and write the decision with the policy to `out_dir/gate.json`.
+
+    `predictions_file` is the evaluate stage's predictions.npz (labels, fp32_pred, int8_pred),
+    `release` the current release's INT8 top-1 (None when there is no release), `stale` the
+    reasons, found by the caller, why the metrics may not belong to this version's inputs, and
+    `search` the quantize stage's search summary when quantize.strategy is 'search'.
+    """
+    interval, problems = (None, []) if predictions_file is None else _check_predictions(
+        Path(predictions_file), evaluation_metrics, policy)
+    decision = decide(policy, evaluation_metrics, interval, release, (*stale, *problems), search)
+    record = {**decision.as_dict(), "policy": policy.model_dump(mode="json")}
+    (Path(out_dir) / GATE_FILE).write_text(json.dumps(record, sort_keys=True, indent=2, allow_nan=False) + "\n")
+    return decision

@@ -1,0 +1,167 @@
+"""Report stage: a markdown report and PNG plots of one run, for people rather than scripts.
+
+Everything shown is read from what the earlier stages measured and stored; nothing is recomputed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from quantgate.stages.report.outputs import PER_CLASS_PLOT, REPORT_FILE, TRAINING_PLOT
+from quantgate.stages.report.plots import per_class_plot, training_plot
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    report_file: str
+    plot_files: tuple[str, ...]
+    metrics: dict
+
+
+def _num(value, spec: str, missing: str = "n/a") -> str:
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return missing
+    return format(value, spec)
+
+
+def _size(num_bytes) -> str:
+    return "n/a" if not isinstance(num_bytes, (int, float)) else f"{num_bytes / 1024:.1f} KiB"
+
+
+def _comparison_table(evaluation: dict, gate_record: dict) -> list[str]:
+    e = evaluation
+    interval = gate_record.get("delta_interval") or {}
+    ci = (f", 95 % CI [{_num(interval.get('low_pts'), '+.2f')}, {_num(interval.get('high_pts'), '+.2f')}] "
+          f"(paired bootstrap, {interval.get('resamples')} resamples)") if interval else ", no interval"
+    speedup = e.get("speedup_int8_vs_fp32")
+    return [
+        f"## FP32 vs INT8 (onnxruntime, {e.get('test_samples', 'n/a')} test samples)",
+        "",
+        "| | FP32 | INT8 | INT8 vs FP32 |",
+        "|---|---:|---:|---|",
+        f"| top-1 accuracy | {_num(e.get('fp32_top1_pct'), '.2f')} % | {_num(e.get('int8_top1_pct'), '.2f')} % "
+        f"| {_num(e.get('accuracy_delta_pts'), '+.2f')} pts{ci} |",
+        f"| prediction agreement | | | {_num(e.get('agreement'), '.4f')} of test samples |",
+        f"| latency p50 / p90 (ms, batch of {e.get('latency_batch_size', 'n/a')}) "
+        f"| {_num(e.get('latency_ms_p50_fp32'), '.3f')} / {_num(e.get('latency_ms_p90_fp32'), '.3f')} "
+        f"| {_num(e.get('latency_ms_p50_int8'), '.3f')} / {_num(e.get('latency_ms_p90_int8'), '.3f')} "
+        f"| {_num(speedup, '.2f')}x speed-up (p50) |",
+        f"| model size | {_size(e.get('model_bytes_fp32'))} | {_size(e.get('model_bytes_int8'))} "
+        f"| {_num(e.get('size_ratio_int8_vs_fp32'), '.2f')}x size |",
+    ]
+
+
+def _gate_table(gate_record: dict) -> list[str]:
+    lines = ["## Gate", "", "| criterion | measured | must be | verdict | note |", "|---|---:|---|---|---|"]
+    for c in gate_record.get("criteria", []):
+        verdict = c.get("verdict") or ("pass" if c.get("passed") else "fail")
+        shown = "**FAIL**" if verdict == "fail" else verdict.replace("_", " ")
+        note = str(c.get("note", "")).replace("|", "/").replace("\n", " ")
+        lines.append(f"| {c['name']} | {_num(c.get('measured'), '.4g', 'missing')} {c.get('unit', '')} "
+                     f"| {c.get('comparison', '')} {_num(c.get('threshold'), 'g')} | {shown} | {note} |")
+    return lines
+
+
+def _per_class_table(evaluation: dict) -> list[str]:
+    fp32, int8 = evaluation.get("per_class_top1_pct_fp32") or [], evaluation.get("per_class_top1_pct_int8") or []
+    lines = ["## Per-class top-1 (%)", "", "| class | FP32 | INT8 | delta (pts) |", "|---:|---:|---:|---:|"]
+    for k, (a, b) in enumerate(zip(fp32, int8)):
+        delta = b - a if _num(a, "g") != "n/a" and _num(b, "g") != "n/a" else None
+        lines.append(f"| {k} | {_num(a, '.2f')} | {_num(b, '.2f')} | {_num(delta, '+.2f')} |")
+    return lines
+
+
+def _search_lines(search: dict | None) -> list[str]:
+    """What the INT8 search tried and kept, and what each FP32 layer costs in speed."""
+    if not search:
+        return []
+    validation = search.get("validation", {})
+    first = search.get("first_trial", {})
+    lines = [
+        "## INT8 recipe search (validation split)",
+        "",
+        f"- {'passed' if search.get('passed') else '**nothing passed**'}: kept trial {search.get('kept_trial')} of "
+        f"{search.get('trials')} in {_num(search.get('wall_s'), '.0f')} s ({search.get('stopped', '')})",
+        f"- plain PTQ (trial 1): drop {_num(first.get('validation', {}).get('accuracy_drop_pts'), '+.2f')} pts, "
+        f"{'passed' if first.get('passed') else 'missed the policy'}",
+        f"- kept: PaddleSlim {search.get('recipe', {})}, drop {_num(validation.get('accuracy_drop_pts'), '+.2f')} pts, "
+        f"agreement {_num(validation.get('agreement'), '.4f')}, {_num(search.get('speedup_int8_vs_fp32'), '.2f')}x vs FP32",
+        f"- calibrations from cache: {search.get('calibrations_from_cache', 0)}; "
+        f"sensitivity ranking from cache: {search.get('ranking_from_cache', False)}; "
+        f"fall-back sets estimated without a PaddleSlim run: {search.get('fallback_estimates', 0)}",
+    ]
+    costs = search.get("float_layer_costs") or []
+    if not costs:
+        return lines + ["- every quantizable layer runs in INT8"]
+    lines += ["", "| layer kept in FP32 | what FP32 costs (% of FP32 latency) | (ms) | with it in INT8 the policy | "
+              "measured against |", "|---|---:|---:|---|---|"]
+    for cost in costs:
+        passed = cost.get("int8_passed_policy")
+        against = cost.get("measured_against_trial")
+        lines.append(f"| {cost['layer']} | {_num(cost.get('latency_cost_pct_of_fp32'), '+.1f', 'not measured')} "
+                     f"| {_num(cost.get('latency_cost_ms'), '+.3f', 'not measured')} "
+                     f"| {'n/a' if passed is None else ('held' if passed else 'failed')} "
+                     f"| {'no trial had it in INT8' if against is None else f'trial {against}'} |")
+    return lines
+
+
+def _scaler_lines(scaler: dict | None) -> list[str]:
+    if not scaler:
+        return []
+    return [f"- loss scale {_num(scaler.get('initial_scale'), 'g')} -> {_num(scaler.get('final_scale'), 'g')} "
+            f"(min {_num(scaler.get('min_scale'), 'g')}), {scaler.get('skipped_steps', 'n/a')} of "
+            f"{scaler.get('steps', 'n/a')} steps skipped for inf/NaN gradients"
+            f"{'' if scaler.get('scaler_enabled') else ' (GradScaler disabled on this device)'}"]
+
+
+def _training_lines(train_metrics: dict) -> list[str]:
+    amp = train_metrics.get("amp", {})
+    requested = amp.get("requested", {})
+    return [
+        "## Training",
+        "",
+        f"- {train_metrics.get('steps', 'n/a')} steps, final-epoch mean loss "
+        f"{_num(train_metrics.get('final_epoch_loss_mean'), '.4f')}, "
+        f"{_num(train_metrics.get('samples_per_second'), '.0f')} samples/s",
+        f"- AMP requested {requested.get('level', 'n/a')}/{requested.get('dtype', 'n/a')}, "
+        f"effective: {amp.get('effective', 'n/a')} ({amp.get('reason', 'no record')})",
+        *_scaler_lines(train_metrics.get("scaler")),
+        "",
+        f"![Training loss and loss scale per step]({TRAINING_PLOT})",
+        "",
+        f"![Per-class top-1, FP32 vs INT8]({PER_CLASS_PLOT})",
+    ]
+
+
+def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metrics: dict,
+                    where: dict[str, str], search: dict | None = None) -> str:
+    """The report as markdown; `where` maps labels to locations (paths, commands) shown at the end."""
+    passed = gate_record.get("passed") is True
+    outcome = ("The gate passed: this version may become `release`." if passed else
+               "The gate failed: `release` does not move to this version; it is kept for inspection.")
+    lines = [f"# {title}: gate {'PASSED' if passed else 'FAILED'}", "", outcome, ""]
+    lines += _comparison_table(evaluation, gate_record) + [""]
+    lines += _gate_table(gate_record) + [""]
+    lines += [*_search_lines(search), ""] if search else []
+    lines += _per_class_table(evaluation) + [""]
+    lines += _training_lines(train_metrics) + [""]
+    lines += ["## Where it lives", ""] + [f"- {label}: `{value}`" for label, value in where.items()]
+    return "\n".join(lines) + "\n"
+
+
+def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict, steps_csv: Path,
+           where: dict[str, str], out_dir: Path, search: dict | None = None) -> ReportResult:
+    """Write report.md, training.png and per_class.png into `out_dir`.
+
+    Raises:
+        ValueError: the training steps are empty or unreadable.
+    """
+    out_dir = Path(out_dir)
+    training_plot(Path(steps_csv), out_dir / TRAINING_PLOT, f"{title}: training loss and loss scale")
+    per_class_plot(evaluation.get("per_class_top1_pct_fp32") or [], evaluation.get("per_class_top1_pct_int8") or [],
+                   out_dir / PER_CLASS_PLOT, f"{title}: top-1 per class, FP32 vs INT8")
+    (out_dir / REPORT_FILE).write_text(render_markdown(title, evaluation, gate_record, train_metrics, where, search))
+    return ReportResult(REPORT_FILE, (TRAINING_PLOT, PER_CLASS_PLOT),
+                        {"report_file": REPORT_FILE, "plots": [TRAINING_PLOT, PER_CLASS_PLOT]})

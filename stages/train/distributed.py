@@ -1,0 +1,312 @@
+"""Data-parallel training on N processes with `python -m paddle.distributed.launch`.
+
+The train stage calls `train_data_parallel`, which launches this module once per process
+(`python -m quantgate.stages.train.distributed`). Every rank trains a `paddle.DataParallel` copy on
+its shard of the train split (DistributedBatchSampler), gradients are all-reduced (gloo on CPU, NCCL
+on GPUs), and BatchNorm running statistics, which gradients do not synchronize, are averaged over
+the ranks at the end. Each rank writes a sha256 of its final weights; rank 0 also writes the weights
+and the step records. The stage then checks that every rank ended with the same weights, so what it
+ships is what all ranks agree on, and the rest of the pipeline is unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import importlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+
+from quantgate.config import TrainConfig
+from quantgate.stages.shared.errors import StageError
+from quantgate.stages.train.errors import DistributedTrainingFailed
+from quantgate.stages.train.outputs import LAUNCH_DIR
+
+LOG_TAIL_LINES = 40
+# "quantgate.stages.train.errors.TrainingDiverged: ..." in a rank's traceback: the module, then the class.
+QUANTGATE_ERROR = re.compile(r"(quantgate\.stages\.[\w.]+?)\.([A-Z]\w+): ")
+
+
+def weights_sha256(weights: dict[str, np.ndarray]) -> str:
+    """sha256 over every array's name, dtype, shape and bytes, in name order."""
+    digest = hashlib.sha256()
+    for name in sorted(weights):
+        array = np.ascontiguousarray(weights[name])
+        digest.update(f"{name}|{array.dtype.str}|{array.shape}|".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def _failure_report(nproc: int, results: dict, launch_dir: Path, finished: subprocess.CompletedProcess) -> str:
+    """Which ranks failed, with the tail of the log of each rank that raised (the launcher stops the others)."""
+    unfinished = [rank for rank in range(nproc) if rank not in results] or list(range(nproc))
+    logs = {rank: launch_dir / "logs" / f"workerlog.{rank}" for rank in unfinished}
+    launcher_log = finished.stdout + finished.stderr
+    # The cause is the rank that raised a quantgate error; else the one the launcher saw fail first.
+    # The others then fail too (their collective calls lose a peer) or are terminated by the launcher.
+    raised = [rank for rank in unfinished if QUANTGATE_ERROR.search(_log_tail(logs[rank]))]
+    reported = {int(rank) for rank in re.findall(r"Container rank (\d+) status failed", launcher_log)}
+    shown = raised or [rank for rank in unfinished if rank in reported] or unfinished
+    stopped = sorted(set(unfinished) - set(shown))
+    tails = "\n".join(f"--- rank {rank} ({logs[rank]}), last lines:\n{_log_tail(logs[rank])}" for rank in shown)
+    launcher_tail = "\n".join(launcher_log.splitlines()[-10:])
+    return (
+        f"data-parallel training on {nproc} processes failed (launcher exit {finished.returncode}): rank(s) {shown} "
+        "failed" + (f", rank(s) {stopped} stopped with them" if stopped else "")
+        + f"; full logs in {launch_dir / 'logs'}\n{tails}\n--- launcher, last lines:\n{launcher_tail}"
+    )
+
+
+def _rank_error_class(report: str) -> type[StageError]:
+    """The quantgate error a rank raised (e.g. TrainingDiverged, ModelError), so N processes fail like one;
+    DistributedTrainingFailed when the rank died of something else."""
+    for module, name in QUANTGATE_ERROR.findall(report):
+        try:
+            found = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            continue
+        if isinstance(found, type) and issubclass(found, StageError):
+            return found
+    return DistributedTrainingFailed
+
+
+def launch_command(nproc: int, log_dir: Path, worker_args: list[str]) -> list[str]:
+    """The paddle.distributed.launch command line: one process per device on GPUs, gloo processes on CPU."""
+    return [
+        sys.executable, "-m", "paddle.distributed.launch",
+        "--nproc_per_node", str(nproc),
+        "--log_dir", str(log_dir),
+        "--start_port", str(_free_port()),  # a free port, so concurrent runs on one machine do not collide
+        sys.executable, "-m", "quantgate.stages.train.distributed", *worker_args,
+    ]
+
+
+def train_data_parallel(config: TrainConfig, splits_path: Path, out_dir: Path):
+    """Launch `config.nproc` training processes, check their weights agree, and return rank 0's result.
+
+    Raises:
+        DistributedTrainingFailed: the launcher or a rank failed (the error carries the tail of its log),
+            or the ranks ended with different weights.
+        TrainingDiverged, ModelError, ...: a rank raised that quantgate error (same message and log tail).
+    """
+    from quantgate.stages.data.splits import load_splits
+    from quantgate.stages.train.loop import TrainResult, _reference_logits
+    from quantgate.stages.train.outputs import REFERENCE_LOGITS_FILE, STEPS_FILE, WEIGHTS_FILE
+
+    out_dir = Path(out_dir)
+    launch_dir = out_dir / LAUNCH_DIR
+    launch_dir.mkdir()
+    config_file = launch_dir / "train_config.json"
+    config_file.write_text(json.dumps(config.model_dump(mode="json"), sort_keys=True))
+    worker_args = ["--config", str(config_file), "--splits", str(splits_path), "--out", str(out_dir)]
+    command = launch_command(config.nproc, launch_dir / "logs", worker_args)
+    started = time.perf_counter()
+    finished = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    seconds = time.perf_counter() - started
+    (launch_dir / "launcher.log").write_text(finished.stdout + finished.stderr)
+
+    results = {}
+    for rank in range(config.nproc):
+        result_file = launch_dir / f"rank{rank}.json"
+        if result_file.exists():
+            results[rank] = json.loads(result_file.read_text())
+    if finished.returncode != 0 or len(results) != config.nproc:
+        # A failed stage's output folder is discarded; the logs are kept outside it for the post-mortem.
+        kept = Path(tempfile.mkdtemp(prefix="quantgate-train-launch-"))
+        shutil.copytree(launch_dir, kept, dirs_exist_ok=True)
+        report = _failure_report(config.nproc, results, kept, finished)
+        raise _rank_error_class(report)(report)
+    digests = {str(rank): results[rank]["weights_sha256"] for rank in sorted(results)}
+    if len(set(digests.values())) != 1:
+        raise DistributedTrainingFailed(
+            f"the {config.nproc} ranks ended with different weights ({digests}); the all-reduce did not keep the "
+            "replicas in step, so no weights are shipped"
+        )
+
+    with np.load(out_dir / WEIGHTS_FILE, allow_pickle=False) as stored:
+        weights = {name: stored[name] for name in stored.files}
+    if weights_sha256(weights) != digests["0"]:
+        raise DistributedTrainingFailed(f"{WEIGHTS_FILE} does not match the digest rank 0 reported")
+    splits = load_splits(splits_path)
+    np.save(out_dir / REFERENCE_LOGITS_FILE,
+            _reference_logits(weights, splits.num_classes, splits.input_shape, splits.x_test, config.architecture))
+    rank0 = results[0]
+    metrics = {
+        **rank0["metrics"],
+        "architecture": config.architecture,
+        "num_classes": splits.num_classes,
+        "input_shape": list(splits.input_shape),
+        "train_seconds": seconds,  # launch included: process start, rendezvous and training
+        "samples_per_second": len(splits.y_train) * config.epochs / seconds,
+        "distributed": {
+            "world_size": rank0["world_size"],
+            "backend": rank0["backend"],
+            "launcher": "python -m paddle.distributed.launch",
+            "rank_weights_sha256": digests,
+            "ranks_identical": True,
+            "running_statistics_averaged": rank0["running_statistics_averaged"],
+            "batch_size_per_rank": config.batch_size,
+            "logs": f"{LAUNCH_DIR}/logs",
+        },
+    }
+    return TrainResult(WEIGHTS_FILE, STEPS_FILE, REFERENCE_LOGITS_FILE, metrics)
+
+
+class _ArrayDataset:
+    """Index-addressable view of the train split, for DistributedBatchSampler."""
+
+    def __init__(self, labels: np.ndarray):
+        self.labels = labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+def _average_running_statistics(model, world_size: int) -> int:
+    """Average the state that gradients never reach over the ranks: BatchNorm's running mean and variance
+    (Paddle keeps them as non-trainable parameters) and any floating-point buffer. Returns how many."""
+    import paddle.distributed as dist
+
+    averaged = 0
+    for tensor in model.state_dict().values():
+        if tensor.is_floating_point() and (tensor.stop_gradient or not getattr(tensor, "trainable", False)):
+            dist.all_reduce(tensor)
+            tensor.set_value(tensor / world_size)
+            averaged += 1
+    return averaged
+
+
+def run_worker(config: TrainConfig, splits_path: Path, out_dir: Path) -> None:
+    """One rank: train on its shard, then write its weights digest (and, on rank 0, the weights and steps).
+
+    The step is the single-process one (`grad_step.apply_update`: unscale, skip on inf/NaN, clip,
+    step); the gradients it sees are already all-reduced, so every rank takes the same decision.
+    """
+    import paddle
+    import paddle.distributed as dist
+    import paddle.nn.functional as F
+
+    from quantgate.stages.data.splits import load_splits
+    from quantgate.stages.train import amp
+    from quantgate.stages.train.grad_step import BufferSnapshot, apply_update
+    from quantgate.stages.train.loop import DivergenceWatch, _check_finite
+    from quantgate.stages.train.models import build_model
+    from quantgate.stages.train.op_precision import op_precision_record, operator_stats
+    from quantgate.stages.train.outputs import OP_PRECISION_FILE, STEPS_FILE, WEIGHTS_FILE
+    from quantgate.stages.train.scaler_accounting import STEP_COLUMNS, ScalerAccounting
+
+    dist.init_parallel_env()
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    splits = load_splits(splits_path)
+    paddle.seed(config.seed)  # same initial weights everywhere; DataParallel also broadcasts rank 0's
+    model = build_model(config.architecture, splits.num_classes, splits.input_shape)
+    optimizer = paddle.optimizer.Adam(learning_rate=config.learning_rate, parameters=model.parameters())
+    model, optimizer = amp.decorate(model, optimizer, config.amp)
+    scaler = amp.grad_scaler(config.amp)
+    watch = DivergenceWatch(config.max_nonfinite_steps, config.learning_rate)
+    sampler = paddle.io.DistributedBatchSampler(
+        _ArrayDataset(splits.y_train), batch_size=config.batch_size, num_replicas=world_size, rank=rank, shuffle=True
+    )
+    accounting = ScalerAccounting(config, config.epochs * len(sampler), scaler.is_enable())
+    trainable = [param for param in model.parameters() if not param.stop_gradient]
+    probe = amp.OutputDtypeProbe(model)
+    parallel = paddle.DataParallel(model)
+    parallel.train()
+
+    step, ops = 0, {}
+    for epoch in range(1, config.epochs + 1):
+        sampler.set_epoch(config.seed * 100_003 + epoch)  # the same permutation on every rank, new each epoch
+        for batch in sampler:
+            images = paddle.to_tensor(splits.x_train[batch])
+            labels = paddle.to_tensor(splits.y_train[batch])
+            before = BufferSnapshot(model)
+            with operator_stats() if step == 0 else nullcontext() as counted:
+                with amp.autocast(config.amp):
+                    loss = F.cross_entropy(parallel(images), labels)
+            if step == 0:
+                probe.remove()
+                ops = counted
+            scale_used = amp.loss_scale(scaler)
+            scaler.scale(loss).backward()  # DataParallel all-reduces the gradients here
+            outcome = apply_update(scaler, optimizer, trainable, config.grad_clip_norm, before)
+            optimizer.clear_grad()
+            step += 1
+            loss_value = float(loss.astype("float32"))  # this rank's shard
+            accounting.record(step, epoch, loss_value, scale_used, outcome.skipped,
+                              outcome.grad_norm, outcome.grad_norm_clipped)
+            watch.observe(step, loss_value)
+    averaged = _average_running_statistics(model, world_size)
+
+    weights, weights_source = amp.float32_state(model, optimizer)
+    _check_finite(weights, config.learning_rate)
+    result = {
+        "rank": rank,
+        "world_size": world_size,
+        "backend": "nccl" if paddle.is_compiled_with_cuda() and paddle.get_device().startswith("gpu") else "gloo",
+        "weights_sha256": weights_sha256(weights),
+        "running_statistics_averaged": averaged,
+    }
+    if rank == 0:
+        record = amp.amp_record(config.amp, scaler, probe)
+        np.savez(out_dir / WEIGHTS_FILE, **weights)
+        with open(out_dir / STEPS_FILE, "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(STEP_COLUMNS)
+            writer.writerows(row.as_tuple() for row in accounting.rows)
+        (out_dir / OP_PRECISION_FILE).write_text(json.dumps(
+            op_precision_record(ops, record.effective, record.reason, record.device), indent=2, sort_keys=True))
+        final_losses = [row.loss for row in accounting.rows[-len(sampler):]]
+        result["metrics"] = {
+            "steps": step,
+            "final_epoch_loss_mean": float(np.mean(final_losses)),  # rank 0's shard
+            "loss_scale_final": amp.loss_scale(scaler),
+            "scaler": accounting.summary(amp.loss_scale(scaler)),
+            "resumed_from_epoch": None,
+            "epochs_trained_in_this_run": config.epochs,
+            "amp": {**record.as_dict(), "weights_source": weights_source},
+        }
+    # Written last and atomically: its presence means this rank finished.
+    target = out_dir / LAUNCH_DIR / f"rank{rank}.json"
+    partial = target.with_suffix(".partial")
+    partial.write_text(json.dumps(result, sort_keys=True))
+    os.replace(partial, target)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="one rank of quantgate's data-parallel training")
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--splits", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    config = TrainConfig.model_validate(json.loads(args.config.read_text()))
+    run_worker(config, args.splits, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""The train stage's errors; each message names the bad value and the fix."""
+
+from quantgate.errors import BadInput
+from quantgate.stages.shared.errors import StageError
+
+
+class ModelError(StageError, BadInput):
+    """The configured architecture cannot be built (unknown name, bad entry point, failing factory)."""
+
+
+class DistributedTrainingFailed(StageError):
+    """A rank of the multi-process training failed, or the ranks ended with different weights."""
+
+
+class TrainingDiverged(StageError, BadInput):
+    """The loss stayed non-finite, or the trained weights are not finite."""
+
+
+class TooManySkippedSteps(TrainingDiverged):
+    """More steps than `train.amp.max_skipped_ratio` allows were skipped for inf/NaN gradients."""
+
+
+class ResumeMismatch(StageError, BadInput):
+    """A checkpoint cannot continue this run: other settings, other data, or nothing left to train."""
