@@ -8,8 +8,16 @@ from pathlib import Path
 
 from .layout import ALIASES_DIR, RUN_LOG_FILE, VERSIONS_DIR
 from .manifest import MANIFEST_NAME
-from .names import NAME_PATTERN, RESERVED_STAGE_NAMES, VERSION_PATTERN
-from .names import check_alias, check_model, check_stage, check_version, version_number
+from .names import (
+    NAME_PATTERN,
+    RESERVED_STAGE_NAMES,
+    VERSION_PATTERN,
+    check_alias,
+    check_model,
+    check_stage,
+    check_version,
+    version_number,
+)
 
 
 def model_dir(root: Path, model: str) -> Path:

@@ -15,11 +15,11 @@ from .manifest import (
     MANIFEST_NAME,
     OUT_OF_SPACE,
     SCHEMA_VERSION,
-    sealed_json,
     fsync_dir,
     library_versions,
     list_entries,
     make_read_only,
+    sealed_json,
     sha256_bytes,
     sha256_file,
     to_json_safe,
@@ -28,7 +28,6 @@ from .manifest import (
 from .names import StageRef, VersionRef, check_stage
 from .paths import stage_dir
 from .verify import read_pinned_manifest
-
 
 STAGING_PREFIX = ".staging-"
 

@@ -45,7 +45,9 @@ def _unit_files(root: Path, dotted: str) -> list[Path]:
         package = root / parts[0]
         return sorted(package.rglob("*.py")) if package.is_dir() else []
     module = root.joinpath(*parts[:2])
-    candidates = [module.with_suffix(".py"), module / "__init__.py"] if len(parts) > 1 else [root / SHARED / "__init__.py"]
+    candidates = [root / SHARED / "__init__.py"]  # runs before any shared module does
+    if len(parts) > 1:
+        candidates += [module.with_suffix(".py"), module / "__init__.py"]
     return [path for path in candidates if path.is_file()]
 
 

@@ -13,9 +13,7 @@ from quantgate.errors import QuantgateError
 
 
 class PrefectApiUnreachable(QuantgateError):
-    """PREFECT_API_URL names a server that does not answer its health check."""
-
-    exit_code = 3
+    """PREFECT_API_URL names a server that does not answer its health check (exit 3: the pipeline could not start)."""
 
 
 def check_prefect_api() -> None:

@@ -5,6 +5,8 @@ Run it with `quantgate run`, as a script, or from a deployment in prefect.yaml.
 
 from __future__ import annotations
 
+import logging
+
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
@@ -39,6 +41,7 @@ from quantgate.stages.evaluate.outputs import HEADLINE_METRICS
 from quantgate.stages.gate import Criterion
 from quantgate.stages.quantize.outputs import SEARCH
 from quantgate.stages.train.outputs import AMP, ARCHITECTURE, SCALER
+from quantgate.terminal import RUN_LOGGER
 
 
 class GateFailed(Rejected):
@@ -78,7 +81,11 @@ def version_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str,
 
 
 def record_error(store: ArtifactStore, version: VersionRef, config: PipelineConfig, exc: Exception) -> None:
-    """Mark the version as errored, so it never looks complete; keep what its stages committed."""
+    """Mark the version as errored, so it never looks complete; keep what its stages committed.
+
+    The exception gets `version_ref`, so the CLI can say where the run's log and record are.
+    """
+    exc.version_ref = version
     try:
         store.finalize_version(
             version, {"status": "error", "error": f"{type(exc).__name__}: {exc}", "config": config.model_dump(mode="json")}
@@ -129,6 +136,8 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
     resume_from = resume_checkpoint(artifact_store, config.model_name, resume)  # before a version exists
     version = artifact_store.create_version(config.model_name)
     get_run_logger().info("new version %s/%s in %s", version.model, version.version, root)
+    logging.getLogger(RUN_LOGGER).info("quantgate %s/%s: library output goes to %s", version.model, version.version,
+                                       artifact_store.run_log_path(version))
     with artifact_store.hold_version(version):  # tells fsck this version is running, not interrupted
         try:
             refs: dict[str, StageRef] = {}
@@ -152,5 +161,7 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
                    artifact_store.verify_stage(refs["report"]))
     if record["status"] != "passed":
         failed = [Criterion(**criterion) for criterion in record["gate"]["criteria"] if not criterion["passed"]]
-        raise GateFailed(version.model, version.version, [criterion.describe() for criterion in failed])
+        failure = GateFailed(version.model, version.version, [criterion.describe() for criterion in failed])
+        failure.version_ref = version
+        raise failure
     return version.version

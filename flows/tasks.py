@@ -23,7 +23,7 @@ from quantgate.artifacts.reuse import reuse_note
 from quantgate.config import DataConfig, EvaluateConfig, GatePolicy, QuantizeConfig, TrainConfig
 from quantgate.flows.code_version import code_digest
 from quantgate.flows.evidence import gate_evidence, release_baseline
-from quantgate.flows.stage_logs import stage_logs_to_prefect
+from quantgate.flows.stage_logs import library_output, stage_lines, stage_logs_to_prefect
 from quantgate.stages.convert import convert
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, OPSET, PADDLE2ONNX_INT8_FILE
 from quantgate.stages.data import prepare_data
@@ -52,7 +52,7 @@ STAGE_TASK = {"retries": 0, "cache_policy": NO_CACHE}
 
 def stage_environment(stage: str) -> dict:
     """What decides a stage's output besides its config and inputs: its code and the device it runs on."""
-    return {"code_sha256": code_digest(f"quantgate.stages.{stage}"), "device": paddle.device.get_device()}
+    return {"code_sha256": code_digest(stage), "device": paddle.device.get_device()}
 
 
 def run_stage(
@@ -72,16 +72,19 @@ def run_stage(
     """
     store = ArtifactStore(store_root)
     digest = store.input_digest(stage, config, inputs, {**stage_environment(stage), **(environment or {})})
-    source = store.find_reusable(version.model, stage, digest) if reuse else None
-    if source is not None:
-        ref = store.reuse_stage(version, stage, config, inputs, source, digest)
-        get_run_logger().info("%s: %s", stage, reuse_note(source, digest))
-        return ref
-    # Verified right before use: nothing pickle-based is loaded from bytes the manifest does not vouch for.
-    input_dirs = {name: store.verify_stage(ref) for name, ref in inputs.items()}
-    with stage_logs_to_prefect(), store.write_stage(version, stage, config, inputs, input_digest=digest) as writer:
-        result = work(input_dirs, writer.dir)
-        writer.metrics.update(result.metrics)
+    with stage_lines(stage) as outcome:
+        source = store.find_reusable(version.model, stage, digest) if reuse else None
+        if source is not None:
+            ref = store.reuse_stage(version, stage, config, inputs, source, digest)
+            outcome["note"] = reuse_note(source, digest)
+            get_run_logger().info("%s: %s", stage, outcome["note"])
+            return ref
+        # Verified right before use: nothing pickle-based is loaded from bytes the manifest does not vouch for.
+        input_dirs = {name: store.verify_stage(ref) for name, ref in inputs.items()}
+        with (stage_logs_to_prefect(), library_output(store, version, stage),
+              store.write_stage(version, stage, config, inputs, input_digest=digest) as writer):
+            result = work(input_dirs, writer.dir)
+            writer.metrics.update(result.metrics)
     get_run_logger().info("%s: computed, committed %s (inputs digest %s…)", stage, writer.ref.path, digest[:12])
     return writer.ref
 

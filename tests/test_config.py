@@ -101,7 +101,8 @@ def test_image_folder_settings_are_validated_together():
 
 
 def test_yaml_overrides_and_flags_resolve_through_the_one_schema(tmp_path):
-    from quantgate.cli import build_parser, resolve_config
+    from quantgate.cli import build_parser
+    from quantgate.cli.run import resolve_config
 
     config_file = tmp_path / "release.yaml"
     config_file.write_text("data: {dataset: image_folder, path: /images, transforms: {resize: 64}}\n"

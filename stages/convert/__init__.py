@@ -1,7 +1,8 @@
 """Convert stage: paddle2onnx for both models, the INT8 one lowered to onnxruntime's integer kernels."""
 
-from quantgate.stages.convert.errors import ConversionError
-from quantgate.stages.convert.onnx_export import ConvertResult, convert, to_onnx
-from quantgate.stages.convert.outputs import OUTPUTS
+from quantgate.stages.convert.outputs import OUTPUTS as OUTPUTS
+from quantgate.stages.shared.lazy import lazy_exports
 
-__all__ = ["OUTPUTS", "ConversionError", "ConvertResult", "convert", "to_onnx"]
+__getattr__, __all__ = lazy_exports(__name__, {
+    "ConversionError": "errors", "ConvertResult": "onnx_export", "convert": "onnx_export", "to_onnx": "onnx_export",
+})

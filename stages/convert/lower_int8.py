@@ -7,7 +7,8 @@ partly and keeps every weight float, so that model is slower than FP32 and just 
 The lowering keeps PaddleSlim the only source of quantization decisions (which tensors, their
 scales, per-channel weight scales) and lets onnxruntime's own quantizer re-encode them:
 
-1. read every Q/DQ pair of the paddle2onnx model: the tensor it quantizes and PaddleSlim's scale;
+1. read every Q/DQ pair of the paddle2onnx model: the tensor it quantizes and PaddleSlim's scale
+   (`paddle_quantization`);
 2. remove the pairs, leaving the float graph PaddleSlim calibrated (BatchNorm already folded);
 3. run `onnxruntime.quantization.quantize_static` (QDQ format) on that graph, restricted to the
    nodes PaddleSlim quantized, with every scale given as a tensor override: weights int8
@@ -33,7 +34,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import paddle
 from onnx import numpy_helper
 from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.calibrate import TensorsData, save_tensors_data
@@ -41,198 +41,15 @@ from onnxruntime.quantization.calibrate import TensorsData, save_tensors_data
 from quantgate.stages.convert.errors import ConversionError
 from quantgate.stages.convert.float_layers import read_float_inputs, shield_from_weight_quantization
 from quantgate.stages.convert.onnx_ops import drop_unused_initializers, integer_op_counts
-from quantgate.stages.convert.scale_propagation import propagate_scales
-from quantgate.stages.shared.static_graph import load_program, static_mode
+from quantgate.stages.convert.paddle_quantization import (
+    PaddleQuantization,
+    WeightScales,
+    paddle_program_scales,
+    read_paddle_quantization,
+)
+from quantgate.stages.convert.scale_propagation import PropagatedScales, propagate_scales
 
 UINT8_ZERO_POINT = 128  # Paddle's symmetric int8, shifted into the uint8 range x86 kernels are fastest on
-# onnxruntime quantizes these ops' outputs with their input's parameters, so they need no scale of their own.
-LAYER_OPS = ("Conv", "MatMul", "Gemm")  # the layers PaddleSlim quantizes, named by their weight
-SAME_SCALE_OPS = ("MaxPool", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Split", "TopK")
-
-
-@dataclass(frozen=True)
-class PaddleQuantization:
-    """What PaddleSlim decided, read off paddle2onnx's Q/DQ pairs."""
-
-    float_model: onnx.ModelProto
-    activation_scales: dict[str, float]
-    weight_scales: dict[str, tuple[np.ndarray, int | None]]  # name -> (scales, channel axis or None)
-    quantized_nodes: tuple[str, ...]  # nodes whose inputs PaddleSlim quantized
-    float_nodes_with_quantized_inputs: tuple[str, ...]  # ... that the lowering leaves in float
-    float_layers: tuple[str, ...] = ()  # weights of the layers PaddleSlim left in FP32 (skip_tensor_list)
-
-
-def _constants_to_initializers(graph: onnx.GraphProto) -> None:
-    """paddle2onnx emits weights as Constant nodes; the quantizer quantizes initializers only."""
-    kept = []
-    for node in graph.node:
-        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
-            tensor = onnx.TensorProto()
-            tensor.CopyFrom(node.attribute[0].t)
-            tensor.name = node.output[0]
-            graph.initializer.append(tensor)
-        else:
-            kept.append(node)
-    del graph.node[:]
-    graph.node.extend(kept)
-
-
-def _name_nodes(graph: onnx.GraphProto) -> None:
-    """nodes_to_quantize selects by name; paddle2onnx leaves most nodes unnamed."""
-    used = {node.name for node in graph.node if node.name}
-    for index, node in enumerate(graph.node):
-        if not node.name:
-            name = f"{node.op_type}_{index}"
-            while name in used:
-                name += "_"
-            node.name = name
-            used.add(name)
-
-
-def read_paddle_quantization(raw: onnx.ModelProto, program_scales: dict | None = None) -> PaddleQuantization:
-    """Separate paddle2onnx's INT8 model into its float graph and PaddleSlim's scales.
-
-    `program_scales` (from `paddle_program_scales`) restores the scales of MatMul/Gemm layers that
-    PaddleSlim quantized but paddle2onnx converted without their Q/DQ pairs.
-
-    Raises:
-        ConversionError: a Q/DQ pattern this lowering does not understand (it never guesses).
-    """
-    model = onnx.ModelProto()
-    model.CopyFrom(raw)
-    graph = model.graph
-    _constants_to_initializers(graph)
-    _name_nodes(graph)
-    initializers = {init.name: init for init in graph.initializer}
-    array = lambda name: numpy_helper.to_array(initializers[name])  # noqa: E731
-    producers = {output: node for node in graph.node for output in node.output}
-
-    def qparams(node: onnx.NodeProto) -> tuple[np.ndarray, np.ndarray, int]:
-        scale = array(node.input[1]).astype(np.float32)
-        zero_point = array(node.input[2]) if len(node.input) > 2 else np.zeros((), np.uint8)
-        axis = next((attr.i for attr in node.attribute if attr.name == "axis"), 1)
-        return scale, zero_point, axis
-
-    replace: dict[str, str] = {}  # DQ output -> float tensor it stands for
-    activation_scales: dict[str, float] = {}
-    weight_scales: dict[str, tuple[np.ndarray, int | None]] = {}
-    new_initializers: list[onnx.TensorProto] = []
-    for node in graph.node:
-        if node.op_type != "DequantizeLinear":
-            continue
-        scale, zero_point, axis = qparams(node)
-        source = producers.get(node.input[0])
-        if source is not None and source.op_type == "QuantizeLinear":
-            tensor = source.input[0]
-            if np.any(zero_point != 0) or zero_point.dtype != np.int8:
-                raise ConversionError(
-                    f"paddle2onnx quantized {tensor!r} with a {zero_point.dtype} zero point {zero_point.ravel()[:4]}; "
-                    "the lowering expects PaddleSlim's symmetric int8 (zero point 0)"
-                )
-            if tensor in initializers:
-                weight_scales[tensor] = (scale.ravel(), axis if scale.size > 1 else None)
-            elif scale.size == 1:
-                activation_scales[tensor] = float(scale)
-            else:
-                raise ConversionError(f"activation {tensor!r} has per-channel scales; only weights may")
-            replace[node.output[0]] = tensor
-        elif node.input[0] in initializers:
-            # A pre-quantized constant (paddle2onnx writes biases as int32 + scale): keep its float value;
-            # the quantizer re-derives the int32 bias from the input and weight scales, as Paddle did.
-            quantized, zero_point, scale = (array(node.input[0]).astype(np.float64),
-                                            zero_point.astype(np.float64), scale.astype(np.float64))
-            if scale.size > 1:  # per channel along `axis`
-                shape = [1] * quantized.ndim
-                shape[axis] = -1
-                zero_point, scale = zero_point.reshape(shape), scale.reshape(shape)
-            values = (quantized - zero_point) * scale
-            float_name = f"{node.output[0]}.float"
-            new_initializers.append(numpy_helper.from_array(values.astype(np.float32), float_name))
-            replace[node.output[0]] = float_name
-        else:
-            raise ConversionError(f"DequantizeLinear {node.name!r} reads {node.input[0]!r}, which is neither a "
-                                  "QuantizeLinear output nor a constant; the lowering does not understand this graph")
-
-    quantized_inputs = {node.name for node in graph.node
-                        if node.op_type not in ("QuantizeLinear", "DequantizeLinear")
-                        and any(name in replace for name in node.input)}
-    kept = [node for node in graph.node if node.op_type not in ("QuantizeLinear", "DequantizeLinear")]
-    quantized_tensors = {node.output[0] for node in graph.node if node.op_type == "QuantizeLinear"}
-    for node in kept:
-        if quantized_tensors & set(node.input):
-            raise ConversionError(f"{node.op_type} {node.name!r} reads an int8 tensor directly, not through a "
-                                  "DequantizeLinear; the lowering does not understand this graph")
-    for node in kept:
-        for index, name in enumerate(node.input):
-            node.input[index] = replace.get(name, name)
-    for output in graph.output:
-        if output.name in replace:
-            raise ConversionError(f"graph output {output.name!r} is a DequantizeLinear output; not supported")
-    del graph.node[:]
-    graph.node.extend(kept)
-    graph.initializer.extend(new_initializers)
-    drop_unused_initializers(graph)
-
-    float_layers = ()
-    if program_scales is not None:
-        # paddle2onnx 1.3.1 gives a layer PaddleSlim left float a weight Q/DQ pair of its own (the float
-        # weight, its own scale): PaddleSlim's program, not the ONNX graph, says which layers are INT8.
-        float_layers = tuple(node.input[1] for node in kept if node.op_type in LAYER_OPS and len(node.input) > 1
-                             and node.input[1] in initializers and node.input[1] not in program_scales)
-        for weight in float_layers:
-            weight_scales.pop(weight, None)
-    for node in kept if program_scales else ():
-        if node.op_type not in ("MatMul", "Gemm") or node.name in quantized_inputs:
-            continue
-        activation, weight, output = node.input[0], node.input[1], node.output[0]
-        if weight in initializers and weight not in float_layers \
-                and all(name in program_scales for name in (activation, weight, output)):
-            # Only tensors around a linear layer: BatchNorm folding never renames or rescales them.
-            scales, axis = program_scales[weight]
-            weight_scales[weight] = (scales, axis if scales.size > 1 else None)
-            activation_scales.setdefault(activation, float(program_scales[activation][0][0]))
-            activation_scales.setdefault(output, float(program_scales[output][0][0]))
-            quantized_inputs.add(node.name)
-
-    known = set(activation_scales) | set(weight_scales) | {init.name for init in graph.initializer}
-    lowered, left_float = [], []
-    for node in kept:
-        if node.name not in quantized_inputs:
-            continue
-        # Every input and output the quantizer will touch must carry a PaddleSlim scale (or be a
-        # constant); a compute node whose output PaddleSlim left float stays float as a whole.
-        outputs_scaled = all(output in activation_scales for output in node.output)
-        inputs_scaled = all(name in known for name in node.input if name)
-        if node.op_type in LAYER_OPS and node.input[1] not in weight_scales:
-            inputs_scaled = False  # PaddleSlim left this layer's weight float (skip_tensor_list): so does the lowering
-        if inputs_scaled and (outputs_scaled or node.op_type in SAME_SCALE_OPS):
-            lowered.append(node.name)
-        else:
-            left_float.append(node.name)
-    return PaddleQuantization(model, activation_scales, weight_scales, tuple(lowered), tuple(left_float), float_layers)
-
-
-def paddle_program_scales(model_prefix: Path) -> dict[str, tuple[np.ndarray, int | None]]:
-    """PaddleSlim's scales as stored in its quantized program, in ONNX terms (scale / 127 per step).
-
-    Paddle's dequantize_linear keeps the clipping threshold T: q = round(x / T * 127).
-    Raises:
-        ConversionError: the program is not a PaddleSlim 8-bit model.
-    """
-    scales = {}
-    with static_mode():
-        program = load_program(Path(model_prefix))
-        with paddle.static.scope_guard(program.scope):
-            for op in program.program.global_block().ops:
-                if op.type != "dequantize_linear":
-                    continue
-                if op.attr("bit_length") != 8:
-                    raise ConversionError(f"{op.input('X')[0]} is quantized to {op.attr('bit_length')} bits, not 8")
-                threshold = np.array(program.scope.find_var(op.input("Scale")[0]).get_tensor(), dtype=np.float32)
-                axis = op.attr("quant_axis")
-                name = op.input("X")[0].removesuffix(".quantized")
-                scales[name] = ((threshold / 127).ravel(), axis if axis >= 0 else None)
-    return scales
 
 
 def _drop_zero_bias_zero_points(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -343,19 +160,10 @@ def tensor_overrides(quantization: PaddleQuantization, fold_activations: bool) -
     return overrides
 
 
+
 @dataclass(frozen=True)
 class LoweringResult:
     metrics: dict
-
-
-def quantized_layers(raw_int8_onnx: Path, paddle_model_prefix: Path | None = None) -> list[str]:
-    """Weight names of the Conv/MatMul/Gemm layers PaddleSlim quantized, in graph order (the names
-    `quantize.skip_tensors` takes)."""
-    program_scales = paddle_program_scales(paddle_model_prefix) if paddle_model_prefix is not None else None
-    quantization = read_paddle_quantization(onnx.load(str(raw_int8_onnx)), program_scales)
-    lowered = set(quantization.quantized_nodes)
-    return [node.input[1] for node in quantization.float_model.graph.node
-            if node.name in lowered and node.op_type in LAYER_OPS and node.input[1] in quantization.weight_scales]
 
 
 def lower_int8(
@@ -379,24 +187,29 @@ def lower_int8(
                             Path(raw_int8_onnx).name)
 
 
-def lower_int8_model(raw: onnx.ModelProto, out_onnx: Path, program_scales: dict | None = None,
-                     fold_activations: bool = True, name: str = "the model") -> LoweringResult:
-    """`lower_int8` on a loaded paddle2onnx model and PaddleSlim's program scales (`paddle_program_scales`)."""
-    quantization = read_paddle_quantization(raw, program_scales)
+def _with_propagated_scales(quantization: PaddleQuantization) -> tuple[PaddleQuantization, PropagatedScales]:
+    """PaddleSlim's quantization extended by the scales `propagate_scales` derives, and those derivations."""
     propagated = propagate_scales(quantization.float_model, quantization.activation_scales)
     quantization = dataclasses.replace(
         quantization, activation_scales=propagated.activation_scales,
         quantized_nodes=(*quantization.quantized_nodes, *propagated.lowered_nodes),
         float_nodes_with_quantized_inputs=tuple(name for name in quantization.float_nodes_with_quantized_inputs
                                                 if name not in propagated.lowered_nodes))
+    return quantization, propagated
+
+
+def _nodes_to_quantize(quantization: PaddleQuantization, fold_activations: bool, folded: set[str]) -> list[str]:
+    """The names handed to the quantizer's nodes_to_quantize, in graph order."""
+    return [name for name, node in ((node.name, node) for node in quantization.float_model.graph.node)
+            if name in set(quantization.quantized_nodes)
+            # onnxruntime drops any quantized Clip; keep those whose bound is not a quantization bound
+            and not (fold_activations and node.op_type == "Clip" and node.output[0] not in folded)]
+
+
+def _quantize_with_paddle_scales(quantization: PaddleQuantization, nodes: list[str], out_onnx: Path,
+                                 fold_activations: bool, name: str) -> None:
+    """Run onnxruntime's quantize_static on the float graph with every scale overridden by PaddleSlim's."""
     node_types = {node.name: node.op_type for node in quantization.float_model.graph.node}
-    folded = set(folded_activations(quantization)) if fold_activations else set()
-    nodes = [name for name, node in ((node.name, node) for node in quantization.float_model.graph.node)
-             if name in set(quantization.quantized_nodes)
-             # onnxruntime drops any quantized Clip; keep those whose bound is not a quantization bound
-             and not (fold_activations and node.op_type == "Clip" and node.output[0] not in folded)]
-    if not nodes:
-        raise ConversionError(f"{name} has no node PaddleSlim quantized; nothing to lower")
     ranges = TensorsData(CalibrationMethod.MinMax, {
         # Only PaddleSlim's tensors: the quantizer fails on any other instead of calibrating it itself.
         # The range is informational; the override's scale and zero point are what is used.
@@ -430,19 +243,12 @@ def lower_int8_model(raw: onnx.ModelProto, out_onnx: Path, program_scales: dict 
                                   f"scales: {exc}") from exc
         finally:
             quantizer_log.setLevel(level)
-    lowered = _drop_zero_bias_zero_points(onnx.load(str(out_onnx)))
-    float_graph = quantization.float_model.graph
-    producers = {node.output[0]: node for node in float_graph.node if node.output}
-    float_inputs = read_float_inputs(lowered, set(quantization.float_layers),
-                                     {output: producers[output] for output in folded},
-                                     {init.name: init for init in float_graph.initializer})
-    shielded = shield_from_weight_quantization(lowered)
-    onnx.save(lowered, str(out_onnx))
-    try:
-        onnx.checker.check_model(lowered, full_check=True)
-    except onnx.checker.ValidationError as exc:
-        raise ConversionError(f"the lowered INT8 model fails onnx.checker: {exc}") from exc
-    return LoweringResult(metrics={
+
+
+def _lowering_metrics(quantization: PaddleQuantization, propagated: PropagatedScales, lowered: onnx.ModelProto,
+                      out_onnx: Path, folded: set[str], float_inputs: list[str], shielded: list[str]) -> dict:
+    """What the lowering did, for the convert stage's manifest."""
+    return {
         "bytes": Path(out_onnx).stat().st_size,
         "paddle_quantized_nodes": len(quantization.quantized_nodes),
         "folded_activations": len(folded),
@@ -457,4 +263,29 @@ def lower_int8_model(raw: onnx.ModelProto, out_onnx: Path, program_scales: dict 
         "activation_encoding": f"uint8, zero point {UINT8_ZERO_POINT} (Paddle's symmetric int8 + 128); "
                                "ReLU/ReLU6 outputs folded: uint8, zero point 0, scale 127/255 x Paddle's",
         **integer_op_counts(lowered),
-    })
+    }
+
+
+def lower_int8_model(raw: onnx.ModelProto, out_onnx: Path, program_scales: WeightScales | None = None,
+                     fold_activations: bool = True, name: str = "the model") -> LoweringResult:
+    """`lower_int8` on a loaded paddle2onnx model and PaddleSlim's program scales (`paddle_program_scales`)."""
+    quantization, propagated = _with_propagated_scales(read_paddle_quantization(raw, program_scales))
+    folded = set(folded_activations(quantization)) if fold_activations else set()
+    nodes = _nodes_to_quantize(quantization, fold_activations, folded)
+    if not nodes:
+        raise ConversionError(f"{name} has no node PaddleSlim quantized; nothing to lower")
+    _quantize_with_paddle_scales(quantization, nodes, out_onnx, fold_activations, name)
+    lowered = _drop_zero_bias_zero_points(onnx.load(str(out_onnx)))
+    float_graph = quantization.float_model.graph
+    producers = {node.output[0]: node for node in float_graph.node if node.output}
+    float_inputs = read_float_inputs(lowered, set(quantization.float_layers),
+                                     {output: producers[output] for output in folded},
+                                     {init.name: init for init in float_graph.initializer})
+    shielded = shield_from_weight_quantization(lowered)
+    onnx.save(lowered, str(out_onnx))
+    try:
+        onnx.checker.check_model(lowered, full_check=True)
+    except onnx.checker.ValidationError as exc:
+        raise ConversionError(f"the lowered INT8 model fails onnx.checker: {exc}") from exc
+    return LoweringResult(metrics=_lowering_metrics(quantization, propagated, lowered, out_onnx, folded,
+                                                    float_inputs, shielded))

@@ -1,7 +1,9 @@
 """Data stage: the digits or an image folder, split deterministically into train / calibration / validation / test."""
 
-from quantgate.stages.data.errors import DataError
-from quantgate.stages.data.outputs import OUTPUTS
-from quantgate.stages.data.splits import DataResult, Splits, load_splits, prepare_data
+from quantgate.stages.data.outputs import OUTPUTS as OUTPUTS
+from quantgate.stages.shared.lazy import lazy_exports
 
-__all__ = ["OUTPUTS", "DataError", "DataResult", "Splits", "load_splits", "prepare_data"]
+__getattr__, __all__ = lazy_exports(__name__, {
+    "DataError": "errors", "DataResult": "splits", "Splits": "splits", "load_splits": "splits",
+    "prepare_data": "splits",
+})

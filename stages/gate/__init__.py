@@ -1,6 +1,9 @@
 """Gate stage: a pure `decide` over measured criteria, and `gate` that writes the decision."""
 
-from quantgate.stages.gate.decision import Criterion, GateDecision, ReleaseBaseline, decide, gate
-from quantgate.stages.gate.outputs import OUTPUTS
+from quantgate.stages.gate.outputs import OUTPUTS as OUTPUTS
+from quantgate.stages.shared.lazy import lazy_exports
 
-__all__ = ["OUTPUTS", "Criterion", "GateDecision", "ReleaseBaseline", "decide", "gate"]
+__getattr__, __all__ = lazy_exports(__name__, {
+    "Criterion": "decision", "GateDecision": "decision", "ReleaseBaseline": "decision", "decide": "decision",
+    "gate": "decision",
+})

@@ -1,7 +1,9 @@
 """Quantize stage: PaddleSlim post-training INT8, one recipe or the accuracy-aware search."""
 
-from quantgate.stages.quantize.outputs import OUTPUTS
-from quantgate.stages.quantize.ptq import QuantizationError, QuantizeResult, calibration_batches, quantize
-from quantgate.stages.quantize.search import search_quantization
+from quantgate.stages.quantize.outputs import OUTPUTS as OUTPUTS
+from quantgate.stages.shared.lazy import lazy_exports
 
-__all__ = ["OUTPUTS", "QuantizationError", "QuantizeResult", "calibration_batches", "quantize", "search_quantization"]
+__getattr__, __all__ = lazy_exports(__name__, {
+    "QuantizationError": "ptq", "QuantizeResult": "ptq", "calibration_batches": "ptq", "quantize": "ptq",
+    "search_quantization": "search",
+})

@@ -25,10 +25,12 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
-from quantgate.stages.convert.lower_int8 import LAYER_OPS, lower_int8, lower_int8_model, paddle_program_scales
+from quantgate.stages.convert.lower_int8 import lower_int8, lower_int8_model
 from quantgate.stages.convert.onnx_export import to_onnx
+from quantgate.stages.convert.paddle_quantization import LAYER_OPS, paddle_program_scales
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.quantize.validation_check import ValidationCheck
+from quantgate.stages.shared.progress import live
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +209,7 @@ def rank_layers(layers: list[str], score_without: Callable[[str], dict], baselin
         })
     ranking.sort(key=lambda entry: (not entry["measured"], -entry.get("logit_error_removed", 0.0),
                                     -entry.get("accuracy_pts_recovered", 0.0), entry["layer"]))
-    log.info("search: ranked %d of %d layers by sensitivity; most sensitive: %s", measured, len(layers),
-             ", ".join(entry["layer"] for entry in ranking[:3]))
+    live(log, "search: ranked %d of %d layers by sensitivity; most sensitive: %s", measured, len(layers),
+              ", ".join(entry["layer"] for entry in ranking[:3]))
     complete = "complete" if measured == len(layers) else f"{measured} of {len(layers)} layers before the timeout"
     return ranking, complete

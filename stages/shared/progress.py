@@ -2,7 +2,8 @@
 
 Stages never import Prefect: they log to `quantgate.stages.<stage>`, and the flow routes those
 records into the Prefect run's logs (see `quantgate.flows.stage_logs`); outside a flow they go
-wherever the caller's logging configuration sends them.
+wherever the caller's logging configuration sends them. Each record carries `progress` (the
+stage's name), which `quantgate run` draws as its live progress line (`quantgate.terminal`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ class Progress:
         self.total = total
         self.every_s = every_s
         self.started = time.perf_counter()
+        self.stage = stage_of(log.name)
         self.last_logged: float | None = None
 
     def step(self, done: int, detail: str = "") -> None:
@@ -29,4 +31,16 @@ class Progress:
             return
         self.last_logged = now
         suffix = f": {detail}" if detail else ""
-        self.log.info("%s %d/%d%s (%.1f s)", self.what, done, self.total, suffix, now - self.started)
+        self.log.info("%s %d/%d%s (%.1f s)", self.what, done, self.total, suffix, now - self.started,
+                      extra={"progress": self.stage})
+
+
+def stage_of(logger_name: str) -> str:
+    """`quantgate.stages.train.loop` -> `train`: the stage a logger belongs to (its own name otherwise)."""
+    parts = logger_name.split(".")
+    return parts[2] if parts[:2] == ["quantgate", "stages"] and len(parts) > 2 else logger_name
+
+
+def live(log: logging.Logger, message: str, *args: object) -> None:
+    """Log one line that `quantgate run` shows as the stage's live progress line (e.g. a search trial)."""
+    log.info(message, *args, extra={"progress": stage_of(log.name)})

@@ -1,14 +1,9 @@
 """Train stage: AMP training (auto_cast + GradScaler) on 1 or N processes, keeping the float32 master weights."""
 
-from quantgate.stages.train.errors import (
-    DistributedTrainingFailed,
-    ModelError,
-    ResumeMismatch,
-    TooManySkippedSteps,
-    TrainingDiverged,
-)
-from quantgate.stages.train.loop import TrainResult, train
-from quantgate.stages.train.outputs import OUTPUTS
+from quantgate.stages.shared.lazy import lazy_exports
+from quantgate.stages.train.outputs import OUTPUTS as OUTPUTS
 
-__all__ = ["OUTPUTS", "DistributedTrainingFailed", "ModelError", "ResumeMismatch", "TooManySkippedSteps",
-           "TrainResult", "TrainingDiverged", "train"]
+__getattr__, __all__ = lazy_exports(__name__, {
+    "DistributedTrainingFailed": "errors", "ModelError": "errors", "ResumeMismatch": "errors",
+    "TooManySkippedSteps": "errors", "TrainingDiverged": "errors", "TrainResult": "loop", "train": "loop",
+})

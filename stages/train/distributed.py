@@ -25,14 +25,31 @@ import sys
 import tempfile
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import paddle
+import paddle.distributed as dist
+import paddle.nn.functional as F
 
 from quantgate.config import TrainConfig
+from quantgate.stages.data.splits import Splits, load_splits
 from quantgate.stages.shared.errors import StageError
+from quantgate.stages.train import amp
 from quantgate.stages.train.errors import DistributedTrainingFailed
-from quantgate.stages.train.outputs import LAUNCH_DIR
+from quantgate.stages.train.grad_step import BufferSnapshot, apply_update
+from quantgate.stages.train.loop import DivergenceWatch, TrainResult, _check_finite, _reference_logits
+from quantgate.stages.train.models import build_model
+from quantgate.stages.train.op_precision import op_precision_record, operator_stats
+from quantgate.stages.train.outputs import (
+    LAUNCH_DIR,
+    OP_PRECISION_FILE,
+    REFERENCE_LOGITS_FILE,
+    STEPS_FILE,
+    WEIGHTS_FILE,
+)
+from quantgate.stages.train.scaler_accounting import STEP_COLUMNS, ScalerAccounting
 
 LOG_TAIL_LINES = 40
 # "quantgate.stages.train.errors.TrainingDiverged: ..." in a rank's traceback: the module, then the class.
@@ -115,10 +132,6 @@ def train_data_parallel(config: TrainConfig, splits_path: Path, out_dir: Path):
             or the ranks ended with different weights.
         TrainingDiverged, ModelError, ...: a rank raised that quantgate error (same message and log tail).
     """
-    from quantgate.stages.data.splits import load_splits
-    from quantgate.stages.train.loop import TrainResult, _reference_logits
-    from quantgate.stages.train.outputs import REFERENCE_LOGITS_FILE, STEPS_FILE, WEIGHTS_FILE
-
     out_dir = Path(out_dir)
     launch_dir = out_dir / LAUNCH_DIR
     launch_dir.mkdir()
@@ -191,8 +204,6 @@ class _ArrayDataset:
 def _average_running_statistics(model, world_size: int) -> int:
     """Average the state that gradients never reach over the ranks: BatchNorm's running mean and variance
     (Paddle keeps them as non-trainable parameters) and any floating-point buffer. Returns how many."""
-    import paddle.distributed as dist
-
     averaged = 0
     for tensor in model.state_dict().values():
         if tensor.is_floating_point() and (tensor.stop_gradient or not getattr(tensor, "trainable", False)):
@@ -202,25 +213,27 @@ def _average_running_statistics(model, world_size: int) -> int:
     return averaged
 
 
-def run_worker(config: TrainConfig, splits_path: Path, out_dir: Path) -> None:
-    """One rank: train on its shard, then write its weights digest (and, on rank 0, the weights and steps).
+@dataclass
+class _Rank:
+    """One rank's share of the training: its replica of the model, wrapped for the all-reduce, and its shard."""
 
-    The step is the single-process one (`grad_step.apply_update`: unscale, skip on inf/NaN, clip,
-    step); the gradients it sees are already all-reduced, so every rank takes the same decision.
-    """
-    import paddle
-    import paddle.distributed as dist
-    import paddle.nn.functional as F
+    config: TrainConfig
+    splits: Splits
+    rank: int
+    world_size: int
+    model: paddle.nn.Layer
+    parallel: paddle.DataParallel
+    optimizer: paddle.optimizer.Optimizer
+    scaler: paddle.amp.GradScaler
+    watch: DivergenceWatch
+    sampler: paddle.io.DistributedBatchSampler
+    accounting: ScalerAccounting
+    trainable: list
+    probe: amp.OutputDtypeProbe
 
-    from quantgate.stages.data.splits import load_splits
-    from quantgate.stages.train import amp
-    from quantgate.stages.train.grad_step import BufferSnapshot, apply_update
-    from quantgate.stages.train.loop import DivergenceWatch, _check_finite
-    from quantgate.stages.train.models import build_model
-    from quantgate.stages.train.op_precision import op_precision_record, operator_stats
-    from quantgate.stages.train.outputs import OP_PRECISION_FILE, STEPS_FILE, WEIGHTS_FILE
-    from quantgate.stages.train.scaler_accounting import STEP_COLUMNS, ScalerAccounting
 
+def _set_up_rank(config: TrainConfig, splits_path: Path) -> _Rank:
+    """Join the process group and build this rank's model, optimizer, loss scaler and shard sampler."""
     dist.init_parallel_env()
     rank, world_size = dist.get_rank(), dist.get_world_size()
     splits = load_splits(splits_path)
@@ -238,61 +251,86 @@ def run_worker(config: TrainConfig, splits_path: Path, out_dir: Path) -> None:
     probe = amp.OutputDtypeProbe(model)
     parallel = paddle.DataParallel(model)
     parallel.train()
+    return _Rank(config, splits, rank, world_size, model, parallel, optimizer, scaler, watch, sampler, accounting,
+                 trainable, probe)
 
+
+def _train_rank(worker: _Rank) -> tuple[int, dict]:
+    """Every epoch on this rank's shard; returns the steps taken and the operators of the first step."""
+    config, splits, model = worker.config, worker.splits, worker.model
+    scaler, optimizer = worker.scaler, worker.optimizer
     step, ops = 0, {}
     for epoch in range(1, config.epochs + 1):
-        sampler.set_epoch(config.seed * 100_003 + epoch)  # the same permutation on every rank, new each epoch
-        for batch in sampler:
+        worker.sampler.set_epoch(config.seed * 100_003 + epoch)  # the same permutation on every rank, new each epoch
+        for batch in worker.sampler:
             images = paddle.to_tensor(splits.x_train[batch])
             labels = paddle.to_tensor(splits.y_train[batch])
             before = BufferSnapshot(model)
             with operator_stats() if step == 0 else nullcontext() as counted:
                 with amp.autocast(config.amp):
-                    loss = F.cross_entropy(parallel(images), labels)
+                    loss = F.cross_entropy(worker.parallel(images), labels)
             if step == 0:
-                probe.remove()
+                worker.probe.remove()
                 ops = counted
             scale_used = amp.loss_scale(scaler)
             scaler.scale(loss).backward()  # DataParallel all-reduces the gradients here
-            outcome = apply_update(scaler, optimizer, trainable, config.grad_clip_norm, before)
+            outcome = apply_update(scaler, optimizer, worker.trainable, config.grad_clip_norm, before)
             optimizer.clear_grad()
             step += 1
             loss_value = float(loss.astype("float32"))  # this rank's shard
-            accounting.record(step, epoch, loss_value, scale_used, outcome.skipped,
-                              outcome.grad_norm, outcome.grad_norm_clipped)
-            watch.observe(step, loss_value)
-    averaged = _average_running_statistics(model, world_size)
+            worker.accounting.record(step, epoch, loss_value, scale_used, outcome.skipped,
+                                     outcome.grad_norm, outcome.grad_norm_clipped)
+            worker.watch.observe(step, loss_value)
+    return step, ops
 
-    weights, weights_source = amp.float32_state(model, optimizer)
+
+def _write_rank0_outputs(worker: _Rank, weights: dict[str, np.ndarray], weights_source: str, steps: int, ops: dict,
+                         out_dir: Path) -> dict:
+    """Rank 0 writes the weights, step records and operator precisions; returns its metrics for the stage."""
+    config, scaler, accounting = worker.config, worker.scaler, worker.accounting
+    record = amp.amp_record(config.amp, scaler, worker.probe)
+    np.savez(out_dir / WEIGHTS_FILE, **weights)
+    with open(out_dir / STEPS_FILE, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(STEP_COLUMNS)
+        writer.writerows(row.as_tuple() for row in accounting.rows)
+    (out_dir / OP_PRECISION_FILE).write_text(json.dumps(
+        op_precision_record(ops, record.effective, record.reason, record.device), indent=2, sort_keys=True))
+    final_losses = [row.loss for row in accounting.rows[-len(worker.sampler):]]
+    return {
+        "steps": steps,
+        "final_epoch_loss_mean": float(np.mean(final_losses)),  # rank 0's shard
+        "loss_scale_final": amp.loss_scale(scaler),
+        "scaler": accounting.summary(amp.loss_scale(scaler)),
+        "resumed_from_epoch": None,
+        "epochs_trained_in_this_run": config.epochs,
+        "amp": {**record.as_dict(), "weights_source": weights_source},
+    }
+
+
+def run_worker(config: TrainConfig, splits_path: Path, out_dir: Path) -> None:
+    """One rank: train on its shard, then write its weights digest (and, on rank 0, the weights and steps).
+
+    The step is the single-process one (`grad_step.apply_update`: unscale, skip on inf/NaN, clip,
+    step); the gradients it sees are already all-reduced, so every rank takes the same decision.
+    """
+    worker = _set_up_rank(config, splits_path)
+    steps, ops = _train_rank(worker)
+    averaged = _average_running_statistics(worker.model, worker.world_size)
+
+    weights, weights_source = amp.float32_state(worker.model, worker.optimizer)
     _check_finite(weights, config.learning_rate)
     result = {
-        "rank": rank,
-        "world_size": world_size,
+        "rank": worker.rank,
+        "world_size": worker.world_size,
         "backend": "nccl" if paddle.is_compiled_with_cuda() and paddle.get_device().startswith("gpu") else "gloo",
         "weights_sha256": weights_sha256(weights),
         "running_statistics_averaged": averaged,
     }
-    if rank == 0:
-        record = amp.amp_record(config.amp, scaler, probe)
-        np.savez(out_dir / WEIGHTS_FILE, **weights)
-        with open(out_dir / STEPS_FILE, "w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(STEP_COLUMNS)
-            writer.writerows(row.as_tuple() for row in accounting.rows)
-        (out_dir / OP_PRECISION_FILE).write_text(json.dumps(
-            op_precision_record(ops, record.effective, record.reason, record.device), indent=2, sort_keys=True))
-        final_losses = [row.loss for row in accounting.rows[-len(sampler):]]
-        result["metrics"] = {
-            "steps": step,
-            "final_epoch_loss_mean": float(np.mean(final_losses)),  # rank 0's shard
-            "loss_scale_final": amp.loss_scale(scaler),
-            "scaler": accounting.summary(amp.loss_scale(scaler)),
-            "resumed_from_epoch": None,
-            "epochs_trained_in_this_run": config.epochs,
-            "amp": {**record.as_dict(), "weights_source": weights_source},
-        }
+    if worker.rank == 0:
+        result["metrics"] = _write_rank0_outputs(worker, weights, weights_source, steps, ops, out_dir)
     # Written last and atomically: its presence means this rank finished.
-    target = out_dir / LAUNCH_DIR / f"rank{rank}.json"
+    target = out_dir / LAUNCH_DIR / f"rank{worker.rank}.json"
     partial = target.with_suffix(".partial")
     partial.write_text(json.dumps(result, sort_keys=True))
     os.replace(partial, target)

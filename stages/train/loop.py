@@ -17,12 +17,12 @@ import paddle
 import paddle.nn.functional as F
 
 from quantgate.config import TrainConfig
-from quantgate.stages.data.splits import load_splits
+from quantgate.stages.data.splits import Splits, load_splits
 from quantgate.stages.shared.progress import Progress
 from quantgate.stages.train import amp
 from quantgate.stages.train.checkpoint_state import file_sha256, load_training_state, save_training_state
 from quantgate.stages.train.errors import ResumeMismatch, TrainingDiverged
-from quantgate.stages.train.grad_step import BufferSnapshot, apply_update
+from quantgate.stages.train.grad_step import BufferSnapshot, StepOutcome, apply_update
 from quantgate.stages.train.models import build_model
 from quantgate.stages.train.op_precision import op_precision_record, operator_stats
 from quantgate.stages.train.outputs import (
@@ -129,6 +129,43 @@ def train(config: TrainConfig, splits_path: Path, out_dir: Path, checkpoints: Ch
             raise ResumeMismatch(f"train.nproc={config.nproc}: resuming continues single-process training only; "
                                  "resume with train.nproc=1")
         return train_data_parallel(config, splits_path, out_dir)  # no per-epoch checkpoints across processes
+    run = _set_up(config, splits_path, resume_from)
+    epochs = _run_epochs(run, checkpoints)
+    weights_source, record = _write_outputs(run, epochs, Path(out_dir))
+    return TrainResult(WEIGHTS_FILE, STEPS_FILE, REFERENCE_LOGITS_FILE, _metrics(run, epochs, record, weights_source))
+
+
+@dataclass
+class _TrainingRun:
+    """What a single-process training run steps: built from the seed, or restored from a checkpoint."""
+
+    config: TrainConfig
+    splits: Splits
+    splits_sha256: str
+    model: paddle.nn.Layer
+    optimizer: paddle.optimizer.Optimizer
+    scaler: paddle.amp.GradScaler
+    rng: np.random.RandomState
+    watch: DivergenceWatch
+    accounting: ScalerAccounting
+    trainable: list
+    probe: amp.OutputDtypeProbe
+    steps_per_epoch: int
+    start_epoch: int
+
+
+@dataclass(frozen=True)
+class _EpochsRun:
+    """What the epochs of this process did (a resumed run's earlier ones were not run here)."""
+
+    steps: int  # the step count reached, earlier runs' steps included
+    seconds: float
+    ops: dict  # operators of the first step run here, by precision
+    samples_per_second: dict[int, float]  # by step
+
+
+def _set_up(config: TrainConfig, splits_path: Path, resume_from: Path | None) -> _TrainingRun:
+    """Seed, build the model, optimizer and loss scaler, and restore `resume_from`'s state if given."""
     splits = load_splits(splits_path)
     splits_sha256 = file_sha256(Path(splits_path))
     paddle.seed(config.seed)
@@ -148,75 +185,102 @@ def train(config: TrainConfig, splits_path: Path, out_dir: Path, checkpoints: Ch
     trainable = [param for param in model.parameters() if not param.stop_gradient]
     probe = amp.OutputDtypeProbe(model)
     model.train()
+    return _TrainingRun(config, splits, splits_sha256, model, optimizer, scaler, rng, watch, accounting, trainable,
+                        probe, steps_per_epoch, start_epoch)
 
-    step, started, ops = start_epoch * steps_per_epoch, time.perf_counter(), {}
+
+def _train_step(
+    run: _TrainingRun, batch: np.ndarray, count_ops: bool
+) -> tuple[paddle.Tensor, float, StepOutcome, dict | None]:
+    """One AMP step on `batch`: the loss, the loss scale it was multiplied by, the update's outcome, and
+    (with `count_ops`) the operators the forward pass ran."""
+    images = paddle.to_tensor(run.splits.x_train[batch])
+    labels = paddle.to_tensor(run.splits.y_train[batch])
+    before = BufferSnapshot(run.model)
+    with operator_stats() if count_ops else nullcontext() as counted:
+        with amp.autocast(run.config.amp):
+            loss = F.cross_entropy(run.model(images), labels)
+    if count_ops:
+        run.probe.remove()  # one step is enough to see which precision the layers ran in
+    scale_used = amp.loss_scale(run.scaler)
+    run.scaler.scale(loss).backward()
+    outcome = apply_update(run.scaler, run.optimizer, run.trainable, run.config.grad_clip_norm, before)
+    run.optimizer.clear_grad()
+    return loss, scale_used, outcome, counted
+
+
+def _run_epochs(run: _TrainingRun, checkpoints: CheckpointSink | None) -> _EpochsRun:
+    """The epochs after `run.start_epoch`, each followed by a checkpoint when `checkpoints` is given."""
+    config = run.config
+    step, started, ops = run.start_epoch * run.steps_per_epoch, time.perf_counter(), {}
     first_step = step
     samples_per_second: dict[int, float] = {}  # steps run by this process (a resumed run's earlier ones were not)
     progress = Progress(log, "train epoch", config.epochs)
-    for epoch in range(start_epoch + 1, config.epochs + 1):
+    for epoch in range(run.start_epoch + 1, config.epochs + 1):
         epoch_started, epoch_losses = time.perf_counter(), []
-        for batch in _batches(len(splits.y_train), config.batch_size, rng):
+        for batch in _batches(len(run.splits.y_train), config.batch_size, run.rng):
             step_started = time.perf_counter()
-            images = paddle.to_tensor(splits.x_train[batch])
-            labels = paddle.to_tensor(splits.y_train[batch])
-            before = BufferSnapshot(model)
-            with operator_stats() if step == first_step else nullcontext() as counted:
-                with amp.autocast(config.amp):
-                    loss = F.cross_entropy(model(images), labels)
+            loss, scale_used, outcome, counted = _train_step(run, batch, count_ops=step == first_step)
             if step == first_step:
-                probe.remove()  # one step is enough to see which precision the layers ran in
                 ops = counted
-            scale_used = amp.loss_scale(scaler)
-            scaler.scale(loss).backward()
-            outcome = apply_update(scaler, optimizer, trainable, config.grad_clip_norm, before)
-            optimizer.clear_grad()
             step += 1
             samples_per_second[step] = len(batch) / (time.perf_counter() - step_started)
             loss_value = float(loss.astype("float32"))
-            accounting.record(step, epoch, loss_value, scale_used, outcome.skipped,
-                              outcome.grad_norm, outcome.grad_norm_clipped)
-            watch.observe(step, loss_value)
+            run.accounting.record(step, epoch, loss_value, scale_used, outcome.skipped,
+                                  outcome.grad_norm, outcome.grad_norm_clipped)
+            run.watch.observe(step, loss_value)
             epoch_losses.append(loss_value)
         progress.step(epoch, f"loss {np.mean(epoch_losses):.4f}, "
-                      f"{len(splits.y_train) / (time.perf_counter() - epoch_started):.0f} samples/s, "
-                      f"loss scale {amp.loss_scale(scaler):g}")
+                      f"{len(run.splits.y_train) / (time.perf_counter() - epoch_started):.0f} samples/s, "
+                      f"loss scale {amp.loss_scale(run.scaler):g}")
         if checkpoints is not None:
             with checkpoints(checkpoint_name(epoch)) as folder:
-                save_training_state(folder, model, optimizer, scaler, rng, config=config,
-                                    splits_sha256=splits_sha256, epoch=epoch, rows=accounting.rows,
-                                    divergence_streak=watch.streak)
-    seconds = time.perf_counter() - started
+                save_training_state(folder, run.model, run.optimizer, run.scaler, run.rng, config=config,
+                                    splits_sha256=run.splits_sha256, epoch=epoch, rows=run.accounting.rows,
+                                    divergence_streak=run.watch.streak)
+    return _EpochsRun(step, time.perf_counter() - started, ops, samples_per_second)
 
-    weights, weights_source = amp.float32_state(model, optimizer)
+
+def _write_outputs(run: _TrainingRun, epochs: _EpochsRun, out_dir: Path) -> tuple[str, amp.AmpRecord]:
+    """Write the weights, reference logits, step records, VisualDL scalars and operator precisions;
+    returns where the float32 weights came from and the AMP record.
+
+    Raises:
+        TrainingDiverged: a weight ended non-finite (nothing is written then).
+    """
+    config, splits = run.config, run.splits
+    weights, weights_source = amp.float32_state(run.model, run.optimizer)
     _check_finite(weights, config.learning_rate)
-    record = amp.amp_record(config.amp, scaler, probe)
-    out_dir = Path(out_dir)
+    record = amp.amp_record(config.amp, run.scaler, run.probe)
     np.savez(out_dir / WEIGHTS_FILE, **weights)
     np.save(out_dir / REFERENCE_LOGITS_FILE,
             _reference_logits(weights, splits.num_classes, splits.input_shape, splits.x_test, config.architecture))
     with open(out_dir / STEPS_FILE, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(STEP_COLUMNS)
-        writer.writerows(row.as_tuple() for row in accounting.rows)
-    write_visualdl_scalars(out_dir / STEPS_FILE, out_dir / VISUALDL_DIR, samples_per_second)
+        writer.writerows(row.as_tuple() for row in run.accounting.rows)
+    write_visualdl_scalars(out_dir / STEPS_FILE, out_dir / VISUALDL_DIR, epochs.samples_per_second)
     (out_dir / OP_PRECISION_FILE).write_text(json.dumps(
-        op_precision_record(ops, record.effective, record.reason, record.device), indent=2, sort_keys=True))
+        op_precision_record(epochs.ops, record.effective, record.reason, record.device), indent=2, sort_keys=True))
+    return weights_source, record
 
-    rows = accounting.rows
-    final_losses = [row.loss for row in rows[-steps_per_epoch:]]
-    trained_epochs = config.epochs - start_epoch
-    metrics = {
+
+def _metrics(run: _TrainingRun, epochs: _EpochsRun, record: amp.AmpRecord, weights_source: str) -> dict:
+    """The train stage's metrics for the manifest."""
+    config, splits, scaler = run.config, run.splits, run.scaler
+    final_losses = [row.loss for row in run.accounting.rows[-run.steps_per_epoch:]]
+    trained_epochs = config.epochs - run.start_epoch
+    return {
         "architecture": config.architecture,
         "num_classes": splits.num_classes,
         "input_shape": list(splits.input_shape),
-        "steps": step,
+        "steps": epochs.steps,
         "final_epoch_loss_mean": float(np.mean(final_losses)),
-        "train_seconds": seconds,
-        "samples_per_second": len(splits.y_train) * trained_epochs / seconds,
+        "train_seconds": epochs.seconds,
+        "samples_per_second": len(splits.y_train) * trained_epochs / epochs.seconds,
         "loss_scale_final": amp.loss_scale(scaler),
-        "scaler": accounting.summary(amp.loss_scale(scaler)),
-        "resumed_from_epoch": start_epoch or None,
+        "scaler": run.accounting.summary(amp.loss_scale(scaler)),
+        "resumed_from_epoch": run.start_epoch or None,
         "epochs_trained_in_this_run": trained_epochs,
         "amp": {**record.as_dict(), "weights_source": weights_source},
     }
-    return TrainResult(WEIGHTS_FILE, STEPS_FILE, REFERENCE_LOGITS_FILE, metrics)

@@ -1,6 +1,7 @@
 """Fixtures shared by the artifact store tests: a fresh store and a helper that commits a stage."""
 
 import pytest
+
 from quantgate.artifacts import ArtifactStore, StageRef, VersionRef
 
 

@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+
 from quantgate.artifacts import ArtifactCorrupt, ArtifactError, ArtifactNotFound
 
 

@@ -1,6 +1,7 @@
 """The content-addressed cache: atomic entries, verified on every read, never overwritten."""
 
 import pytest
+
 from quantgate.artifacts import ArtifactStore
 from quantgate.artifacts.cache import ContentCache
 from quantgate.artifacts.fsck import check_store

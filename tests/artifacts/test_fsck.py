@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from quantgate.artifacts.fsck import check_store, repair
 from quantgate.artifacts.manifest import sealed_json
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from quantgate.artifacts import (
     ArtifactError,
     ArtifactExists,

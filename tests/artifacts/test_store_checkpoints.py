@@ -3,6 +3,7 @@
 import errno
 
 import pytest
+
 from quantgate.artifacts import ArtifactCorrupt, ArtifactExists, ArtifactNotFound
 from quantgate.artifacts.errors import StoreFull
 

@@ -1,6 +1,7 @@
 """Names become path components, so anything that could escape the store is refused."""
 
 import pytest
+
 from quantgate.artifacts import InvalidName, StageRef
 
 BAD_NAMES = ["../etc", "/abs", "A B", "", "a..b", "Upper", ".hidden", "x/y", "a\n", "a" * 65, None,

@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from quantgate.artifacts import ArtifactCorrupt, ArtifactNotFound, StageRef
 
 

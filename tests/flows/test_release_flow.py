@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from prefect.exceptions import ParameterTypeError
 
-from quantgate.artifacts import ArtifactStore
+from quantgate.artifacts import RUN_LOG_FILE, ArtifactStore
 from quantgate.flows.release import GateFailed, release
 from quantgate.stages import PIPELINE as STAGES
 from quantgate.stages.quantize.ptq import QuantizationError
@@ -28,7 +28,10 @@ def test_a_passing_run_is_committed_hashed_and_released(store_with_release):
     store = ArtifactStore(root)
     assert store.alias("digits-cnn", "release") == "v1" == store.alias("digits-cnn", "latest")
     version_dir = root / "digits-cnn" / "versions" / "v1"
-    assert sorted(p.name for p in version_dir.iterdir()) == sorted([*STAGES, "checkpoints", "version.json"])
+    # run.log: what the libraries printed while the stages ran (Paddle's C++ logging, paddle2onnx, PaddleSlim)
+    assert sorted(p.name for p in version_dir.iterdir()) == sorted([*STAGES, "checkpoints", "version.json",
+                                                                    RUN_LOG_FILE])
+    assert "[Paddle2ONNX]" in (version_dir / RUN_LOG_FILE).read_text()
     assert not list(version_dir.glob(".staging-*")) and not list(version_dir.glob("checkpoints/*/.staging-*"))
 
     for stage in STAGES:

@@ -82,7 +82,7 @@ def test_an_unforeseen_error_exits_3_never_1(monkeypatch, tmp_path, capsys):
     def broken(args):
         raise KeyError("something nobody planned for")
 
-    monkeypatch.setattr(cli, "command_versions", broken)
+    monkeypatch.setattr(cli.versions, "handle", broken)
     assert cli.main(["versions", "--store", str(tmp_path / "store")]) == 3
     err = capsys.readouterr().err
     assert "KeyError: 'something nobody planned for'" in err and "broke with the error above (exit 3)" in err

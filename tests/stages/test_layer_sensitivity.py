@@ -5,7 +5,7 @@ import onnxruntime as ort
 import pytest
 
 from quantgate.config import QuantizeConfig
-from quantgate.stages.convert.lower_int8 import quantized_layers
+from quantgate.stages.convert.paddle_quantization import quantized_layers
 from quantgate.stages.data.splits import load_splits
 from quantgate.stages.quantize.layer_sensitivity import FallbackEstimator, float_weights, lowered_model
 from quantgate.stages.quantize.ptq import quantize_with_images

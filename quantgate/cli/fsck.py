@@ -8,25 +8,30 @@ from __future__ import annotations
 
 import argparse
 
+from quantgate.cli.shared import MODEL_FILTER_HELP, add_model_option, add_store_option
 from quantgate.settings import STORE_ENV, resolve_store_root
 
 
-def add_parser(commands) -> None:
-    fsck = commands.add_parser("fsck", help="check the store for missing, changed or orphaned files")
-    fsck.add_argument("--store", help=f"artifact store root (default: ${STORE_ENV} or ~/.quantgate/store)")
-    fsck.add_argument("--model", help="only this model")
-    fsck.add_argument("--repair", action="store_true",
-                      help="remove orphaned staging folders and temporary files (never user data)")
+def register(commands) -> None:
+    parser = commands.add_parser("fsck", help="check the store for missing, changed or orphaned files")
+    add_store_option(parser)
+    add_model_option(parser, help=MODEL_FILTER_HELP)
+    parser.add_argument("--repair", action="store_true",
+                        help="remove orphaned staging folders and temporary files (never user data)")
+    parser.set_defaults(func=handle)
 
 
-def command_fsck(args: argparse.Namespace) -> int:
-    from quantgate.artifacts import ArtifactStore
+def handle(args: argparse.Namespace) -> int:
+    """Print every problem and a one-line count.
+
+    Raises:
+        ArtifactNotFound: there is no store folder where --store (or its default) points.
+    """
+    from quantgate.artifacts import ArtifactNotFound, ArtifactStore
     from quantgate.artifacts.fsck import check_store, repair
 
     root = resolve_store_root(args.store)
     if not root.is_dir():  # fsck looks; it must not create a store where a typo pointed
-        from quantgate.artifacts import ArtifactNotFound
-
         raise ArtifactNotFound(f"no artifact store at {root}; pass --store DIR or set {STORE_ENV}")
     store = ArtifactStore(root)
     problems = check_store(store, args.model)
@@ -41,4 +46,4 @@ def command_fsck(args: argparse.Namespace) -> int:
     repairable = sum(problem.repairable for problem in errors)
     hint = f" ({repairable} removable with --repair)" if repairable else ""
     print(f"fsck {store.root}: {len(errors)} error(s){hint}, {warnings} warning(s)")
-    return 1 if errors else 0
+    return 1 if errors else 0  # fsck's own contract (module docstring): 1 means the store has errors

@@ -1,0 +1,94 @@
+"""`quantgate gate VERSION`: decide a stored version again under another policy, without retraining.
+
+Exit codes: 0 the gate passed, 1 it failed (the decision is recorded either way), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+from quantgate.cli.shared import (
+    MODEL_PICK_HELP,
+    add_model_option,
+    add_set_option,
+    add_store_option,
+    finished_version,
+    store_and_model,
+)
+from quantgate.config import ConfigError, apply_override, read_yaml, validate_config
+from quantgate.errors import EXIT_OK, EXIT_REJECTED
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("gate", help="re-decide a stored version under another policy (no retraining)")
+    parser.add_argument("version", help="version to decide again, e.g. v3")
+    parser.add_argument("--policy", type=Path, help="YAML with gate settings (top level or under 'gate:')")
+    add_set_option(parser, metavar="gate.KEY=VALUE",
+                   help="override one gate setting, e.g. --set gate.max_accuracy_drop=0.5 (repeatable)")
+    add_model_option(parser, help=MODEL_PICK_HELP)
+    add_store_option(parser)
+    parser.set_defaults(func=handle)
+
+
+def resolve_policy(base: dict, policy_file: Path | None, overrides: list[str]):
+    """The version's recorded policy, then the YAML file, then --set gate.* overrides; validated.
+
+    Raises:
+        ConfigError: listing every bad field, or an override outside `gate.`.
+    """
+    raw = {"gate": dict(base)}
+    if policy_file:
+        loaded = read_yaml(policy_file)
+        if "gate" in loaded:  # a pipeline config file: only its gate section can apply to a stored version
+            others = sorted(set(loaded) - {"gate"})
+            if others or not isinstance(loaded["gate"], dict):
+                raise ConfigError([f"policy file {policy_file}: {key}: does not apply when deciding again; keep only "
+                                   "the gate section (or gate settings at the top level)" for key in others or ["gate"]])
+            loaded = loaded["gate"]
+        raw["gate"].update(loaded)
+    outside = [item for item in overrides if not item.strip().startswith("gate.")]
+    if outside:
+        raise ConfigError([f"override {item!r}: only gate.* settings can change when deciding again "
+                           "(training settings need a new run: quantgate run)" for item in outside])
+    for item in overrides:
+        apply_override(raw, item)
+    return validate_config(raw).gate
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Decide again, record the decision next to the version, and print every criterion.
+
+    Raises:
+        BadTarget: unknown model or version, or one that did not finish.
+        ConfigError: the policy file or an override is invalid.
+    """
+    from quantgate.artifacts import ArtifactError
+    from quantgate.flows.evidence import gate_evidence, release_baseline
+    from quantgate.stages.gate import gate
+    from quantgate.stages.gate.outputs import GATE_FILE
+    from quantgate.stages.quantize.outputs import SEARCH
+
+    store, model = store_and_model(args)
+    ref = finished_version(store, model, args.version)
+    record = store.version_record(ref)
+    policy = resolve_policy(record.get("config", {}).get("gate", {}), args.policy, args.overrides)
+    try:
+        evaluated = store.finalized_stage_ref(ref, "evaluate")
+        metrics, predictions, stale = gate_evidence(store, evaluated)
+        evaluated_digest = evaluated.manifest_sha256
+    except ArtifactError as exc:  # no trustworthy evaluation: decide on nothing, which fails
+        metrics, predictions, stale, evaluated_digest = {}, None, (str(exc),), None
+    with tempfile.TemporaryDirectory() as scratch:
+        # A version from the INT8 search keeps its search verdict (judged under the run's own policy).
+        decision = gate(policy, metrics, Path(scratch), predictions, release_baseline(store, model), stale,
+                        record.get(SEARCH))
+        gate_record = json.loads((Path(scratch) / GATE_FILE).read_text())
+    where = store.record_decision(ref, {"gate": gate_record, "evaluate_manifest_sha256": evaluated_digest})
+    print(f"quantgate {model}/{ref.version}: gate {'PASSED' if decision.passed else 'FAILED'} (decided again)")
+    for criterion in decision.criteria:
+        print(f"  gate      {criterion.describe()}")
+    print(f"  recorded  {store.root / where}")
+    return EXIT_OK if decision.passed else EXIT_REJECTED

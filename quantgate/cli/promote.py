@@ -1,0 +1,47 @@
+"""`quantgate promote VERSION`: point `release` at a version whose gate passed."""
+
+from __future__ import annotations
+
+import argparse
+
+from quantgate.artifacts import RELEASE
+from quantgate.cli.shared import (
+    MODEL_PICK_HELP,
+    add_model_option,
+    add_reason_option,
+    add_store_option,
+    finished_version,
+    store_and_model,
+)
+from quantgate.cli.verdict import Refused, gate_verdict
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("promote", help=f"point '{RELEASE}' at a version whose gate passed")
+    parser.add_argument("version", help="version to release, e.g. v3")
+    add_model_option(parser, help=MODEL_PICK_HELP)
+    add_store_option(parser)
+    add_reason_option(parser)
+    parser.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Move `release` to the version; exit 0 also when it already points there.
+
+    Raises:
+        BadTarget: unknown model or version, or one that did not finish.
+        Refused: the version's gate did not pass or cannot be verified.
+    """
+    store, model = store_and_model(args)
+    ref = finished_version(store, model, args.version)
+    passed, why = gate_verdict(store, ref)
+    if not passed:
+        raise Refused(f"refusing to promote {model}/{ref.version} to {RELEASE}: {why}. "
+                      f"Promote a version whose gate passed, or decide again with `quantgate gate {ref.version}`")
+    current = store.alias(model, RELEASE)
+    if current == ref.version:
+        print(f"{RELEASE} already points at {model}/{ref.version}; nothing moved")
+        return 0
+    store.set_alias(model, RELEASE, ref.version, reason=args.reason or f"promoted ({why})", action="promote")
+    print(f"{RELEASE}: {model}/{current or 'none'} -> {ref.version} ({why})")
+    return 0

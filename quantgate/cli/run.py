@@ -1,0 +1,244 @@
+"""`quantgate run`: train, quantize and gate a new version, then print its summary.
+
+Exit codes: 0 released, 1 the release gate failed, 2 bad input, 3 the pipeline broke.
+The configuration is validated before the store, Prefect or Paddle is imported, so a bad
+setting fails in about a second and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+import time
+from pathlib import Path
+
+from quantgate.cli.shared import add_set_option, add_store_option, report_error
+from quantgate.config import ConfigError, PipelineConfig, apply_override, read_yaml, validate_config
+from quantgate.errors import QuantgateError
+from quantgate.settings import resolve_store_root
+
+SUMMARY_WIDTH = 120  # long explanations (AMP's reason, the search, a criterion) fold here
+
+# Convenience flags for the settings people change most; --set reaches every other field.
+SHORTCUTS = {
+    "model_name": "model_name",
+    "epochs": "train.epochs",
+    "learning_rate": "train.learning_rate",
+    "architecture": "train.architecture",
+    "nproc": "train.nproc",
+    "amp_level": "train.amp.level",
+    "amp_dtype": "train.amp.dtype",
+    "max_accuracy_drop": "gate.max_accuracy_drop",
+    "min_agreement": "gate.min_agreement",
+}
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("run", help="train, quantize and gate a new version")
+    parser.add_argument("--config", type=Path, help="YAML file with settings (see quantgate/config.py)")
+    add_set_option(parser, help="override one setting, e.g. --set train.amp.level=O2 (repeatable)")
+    add_store_option(parser)
+    parser.add_argument("--resume", metavar="VERSION",
+                        help="continue training from the latest checkpoint of VERSION (e.g. v3) into a new version; "
+                             "same settings except a higher train.epochs")
+    parser.add_argument("--no-reuse", dest="reuse", action="store_false",
+                        help="recompute every stage, even those an earlier run computed from the same inputs")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show every library's output (Paddle, PaddleSlim, paddle2onnx, Prefect) on the terminal "
+                             "instead of only in the version's run.log")
+    for flag, key in SHORTCUTS.items():
+        parser.add_argument(f"--{flag.replace('_', '-')}", dest=flag, metavar="VALUE", help=f"same as --set {key}=VALUE")
+    parser.set_defaults(func=handle)
+
+
+def resolve_config(args: argparse.Namespace) -> PipelineConfig:
+    """YAML file, then --set overrides, then shortcut flags; validated as one schema."""
+    raw = read_yaml(args.config) if args.config else {}
+    for assignment in args.overrides:
+        apply_override(raw, assignment)
+    for flag, key in SHORTCUTS.items():
+        value = getattr(args, flag)
+        if value is not None:
+            apply_override(raw, f"{key}={value}")
+    return validate_config(raw)
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Validate, check the store, the resume point and the Prefect API, run the flow, print the summary.
+
+    Raises:
+        ConfigError: a bad setting or --resume target, before anything runs.
+        StoreNotWritable: the store root cannot be written, before anything runs.
+        PrefectApiUnreachable: PREFECT_API_URL does not answer, before a version exists.
+    """
+    config = resolve_config(args)
+    store_root = resolve_store_root(args.store)
+    from quantgate.artifacts import ArtifactStore  # imported after validation: fail fast, before Paddle loads
+
+    store = ArtifactStore(store_root)  # refuses an unwritable root before any training
+    if args.resume:
+        check_resume(store, config, args.resume)
+    from quantgate.terminal import quiet_terminal
+
+    started = time.perf_counter()
+    with quiet_terminal(args.verbose) as screen:
+        try:
+            version, failure = run_release(config, store_root, args)
+        except BaseException as unforeseen:  # still keep (or name) the log; the CLI prints the traceback
+            keep_run_log(store, getattr(unforeseen, "version_ref", None), unforeseen, screen.log_file)
+            raise
+        kept = keep_run_log(store, version, failure, screen.log_file)
+        if version is not None:
+            info = next(info for info in store.versions(config.model_name) if info.version == version.version)
+            for line in summary_lines(info, version.path, time.perf_counter() - started):
+                screen.print(line)
+            screen.print(f"  run log   {kept}")
+    if failure is not None:
+        report_error(failure)
+        return failure.exit_code
+    return 0
+
+
+def run_release(config: PipelineConfig, store_root: Path, args: argparse.Namespace):
+    """Check the Prefect API, then run the release flow: (the new version's ref or None, the error or None).
+
+    Raises:
+        PrefectApiUnreachable: PREFECT_API_URL does not answer, before a version exists.
+    """
+    from quantgate.flows.prefect_api import check_prefect_api
+
+    check_prefect_api()  # an unreachable PREFECT_API_URL: exit 3 naming the setting, before a version exists
+    from quantgate.flows.release import release
+
+    try:
+        name = release(config=config, store=str(store_root), resume=args.resume, reuse=args.reuse)
+    except QuantgateError as exc:  # the flow gives the error its version (the gate failed, or a stage broke)
+        return getattr(exc, "version_ref", None), exc
+    from quantgate.artifacts import ArtifactStore
+
+    return ArtifactStore(store_root).version(config.model_name, name), None
+
+
+def keep_run_log(store, version, failure: BaseException | None, log_file: Path | None) -> Path | None:
+    """Append what was printed outside the stages to the version's run.log; return where the run's log is.
+
+    Without a version (the run stopped before one existed), the captured file stays and the error names it.
+    """
+    from quantgate.artifacts import ArtifactError
+    from quantgate.terminal import readable
+
+    if log_file is None:  # --verbose: it all went to the terminal
+        return store.run_log_path(version) if version is not None else None
+    text = readable(log_file.read_text(encoding="utf-8", errors="replace"))
+    if version is not None:
+        try:
+            store.append_run_log(version, "===== outside the stages: Prefect, imports =====\n" + text + "\n")
+            log_file.unlink()
+            return store.run_log_path(version)
+        except ArtifactError as exc:
+            if failure is not None:
+                failure.add_note(f"the run's log could not be added to its version ({exc})")
+    if failure is not None:
+        failure.add_note(f"library output and Prefect's log lines: {log_file}")
+    return log_file
+
+
+def check_resume(store, config: PipelineConfig, version: str) -> None:
+    """Refuse --resume before a new version exists: unknown version, no checkpoint, or other settings.
+
+    Raises:
+        ConfigError: the version or its checkpoint cannot continue this run.
+        ArtifactCorrupt: the checkpoint's bytes changed since it was written.
+    """
+    from quantgate.artifacts import ArtifactNotFound, InvalidName
+    from quantgate.stages.train.checkpoint_state import read_state, resume_problems
+
+    try:
+        ref = store.latest_checkpoint(store.version(config.model_name, version), "train")
+    except (ArtifactNotFound, InvalidName) as exc:
+        raise ConfigError([f"--resume {version}: {exc}"]) from exc
+    problems = resume_problems(read_state(store.verify_checkpoint(ref)), config.train)
+    if problems:
+        raise ConfigError([f"--resume {version} (checkpoint {ref.name}): {problem}" for problem in problems])
+
+
+def summary_lines(info, version_path: str, wall_seconds: float) -> list[str]:
+    """The run's summary: verdict, stage times, headline numbers, AMP, scaler, search, gate, aliases."""
+    from quantgate.stages import PIPELINE
+    from quantgate.stages.gate import Criterion
+    from quantgate.stages.gate.outputs import CRITERIA
+
+    record = info.record
+    lines = ["", f"quantgate {info.model}/{info.version}: gate {record['status'].upper()}  ({wall_seconds:.1f} s)"]
+    seconds = record.get("stage_seconds", {})
+    reused = record.get("reused", {})
+    for stage in (stage for stage in PIPELINE if stage in seconds):
+        note = f"  (reused from {reused[stage]})" if stage in reused else ""
+        lines.append(f"  {stage:<9} {seconds[stage]:8.2f} s{note}")
+    lines += metric_lines(record.get("metrics")) + training_lines(record) + search_lines(record)
+    lines += [wrapped(f"  gate      {Criterion(**criterion).describe()}")
+              for criterion in record.get("gate", {}).get(CRITERIA, [])]
+    if record.get("error"):
+        lines.append(f"  error     {record['error']}")
+    lines.append(f"  aliases   {', '.join(info.aliases) or 'none'}")
+    lines.append(f"  stored in {version_path}")
+    return lines
+
+
+def metric_lines(metrics: dict | None) -> list[str]:
+    """Top-1 and latency of FP32 vs INT8, as the evaluate stage measured them."""
+    from quantgate.stages.evaluate.outputs import (
+        ACCURACY_DELTA,
+        AGREEMENT,
+        FP32_TOP1,
+        INT8_TOP1,
+        LATENCY_P50_FP32,
+        LATENCY_P50_INT8,
+    )
+
+    if not metrics:
+        return []
+    top1 = (f"  top-1     FP32 {metrics[FP32_TOP1]:.2f} %   INT8 {metrics[INT8_TOP1]:.2f} %   "
+            f"delta {metrics[ACCURACY_DELTA]:+.2f} pts   agreement {metrics[AGREEMENT]:.4f}")
+    latency = (f"  latency   FP32 {metrics[LATENCY_P50_FP32]:.3f} ms   INT8 {metrics[LATENCY_P50_INT8]:.3f} ms"
+               "   (onnxruntime, median per batch)")
+    return [top1, latency]
+
+
+def training_lines(record: dict) -> list[str]:
+    """What AMP did (requested vs effective) and how the loss scaler fared."""
+    from quantgate.stages.train.outputs import AMP, SCALER
+
+    lines = []
+    amp = record.get(AMP)
+    if amp:
+        requested = amp["requested"]
+        lines.append(wrapped(f"  AMP       requested {requested['level']}/{requested['dtype']}, "
+                             f"effective: {amp['effective']} ({amp['reason']})"))
+    scaler = record.get(SCALER)
+    if scaler:
+        lines.append(f"  scaler    loss scale {scaler['initial_scale']:g} -> {scaler['final_scale']:g} "
+                     f"(min {scaler['min_scale']:g}), skipped {scaler['skipped_steps']} of {scaler['steps']} steps "
+                     f"(limit {scaler['max_skipped_ratio']:.0%}){'' if scaler['scaler_enabled'] else ', scaler disabled'}")
+    return lines
+
+
+def search_lines(record: dict) -> list[str]:
+    """The INT8 search's verdict on the validation split, when the run searched."""
+    from quantgate.stages.quantize.outputs import SEARCH
+
+    search = record.get(SEARCH)
+    if not search:
+        return []
+    layers = ", ".join(search["float_layers"]) or "none"
+    verdict = "passed" if search["passed"] else "NOTHING PASSED"
+    line = (f"  search    {verdict} on validation: kept trial {search['kept_trial']} of {search['trials']} "
+            f"({search['recipe']['algo']}), FP32 layers: {layers}, drop {search['validation']['accuracy_drop_pts']:+.2f}"
+            f" pts, {search['wall_s']:.1f} s; {search['stopped']}")
+    return [wrapped(line)]
+
+
+def wrapped(line: str, width: int = SUMMARY_WIDTH) -> str:
+    """A long summary line folded at `width`, continuation lines indented under its text."""
+    return "\n".join(textwrap.wrap(line, width, subsequent_indent=" " * 12, break_long_words=False,
+                                   break_on_hyphens=False)) or line

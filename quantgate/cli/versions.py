@@ -1,0 +1,37 @@
+"""`quantgate versions`: every version with its gate result, headline numbers and aliases."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from quantgate.cli.shared import MODEL_FILTER_HELP, add_json_option, add_model_option, add_store_option, open_store
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("versions", help="list versions with their gate results and aliases")
+    add_store_option(parser)
+    add_model_option(parser, help=MODEL_FILTER_HELP)
+    add_json_option(parser, help="print JSON for scripts")
+    parser.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    infos = open_store(args).versions(args.model)
+    if args.json:
+        print(json.dumps([
+            {"model": i.model, "version": i.version, "status": i.status, "aliases": list(i.aliases),
+             "metrics": i.record.get("metrics", {}), "gate": i.record.get("gate", {})}
+            for i in infos
+        ], indent=2, sort_keys=True))
+        return 0
+    # Not at the top: the stage package loads Paddle, which a JSON listing for scripts does not need.
+    from quantgate.stages.evaluate.outputs import ACCURACY_DELTA, FP32_TOP1, INT8_TOP1
+
+    print(f"{'model':<16} {'version':<8} {'status':<10} {'fp32 %':>7} {'int8 %':>7} {'delta':>7}  aliases")
+    for info in infos:
+        metrics = info.record.get("metrics", {})
+        numbers = [f"{metrics[key]:.2f}" if key in metrics else "-" for key in (FP32_TOP1, INT8_TOP1, ACCURACY_DELTA)]
+        print(f"{info.model:<16} {info.version:<8} {info.status:<10} {numbers[0]:>7} {numbers[1]:>7} {numbers[2]:>7}"
+              f"  {', '.join(info.aliases)}")
+    return 0

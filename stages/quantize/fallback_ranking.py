@@ -1,0 +1,131 @@
+"""Which layers of the search's base trial to leave in FP32: ranked by sensitivity, sets judged by estimate.
+
+The base trial is the recipe closest to FP32. Its layers are ranked by what leaving each one alone
+in FP32 gives back (`layer_sensitivity.rank_layers`); a set of fall-backs is judged by the
+estimate (`FallbackEstimator`, no PaddleSlim run) before a real trial confirms it. A layer whose
+fall-back cannot be assembled from the base calibration is measured by a PaddleSlim run instead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+from quantgate.config import QuantizeConfig, QuantizeRecipe
+from quantgate.stages.convert.onnx_export import to_onnx
+from quantgate.stages.convert.paddle_quantization import quantized_layers
+from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
+from quantgate.stages.quantize.layer_sensitivity import FallbackEstimator, float_weights, lowered_model, rank_layers
+from quantgate.stages.quantize.trials import Trial, TrialRunner, content_digest
+from quantgate.stages.quantize.validation_check import policy_failures
+from quantgate.stages.shared.errors import StageError
+from quantgate.stages.shared.progress import live
+
+log = logging.getLogger(__name__)
+
+
+class FallbackRanking:
+    """The base trial's layers ranked for FP32 fall-back, and fall-back sets scored without a PaddleSlim run."""
+
+    def __init__(self, runner: TrialRunner, base: Trial, base_settings: QuantizeConfig):
+        self.runner, self.base, self.base_settings = runner, base, base_settings
+        self._layers: list[str] | None = None  # the layers PaddleSlim quantized in the base trial
+        self._float_weights: dict | None = None  # every layer's float weight, from PaddleSlim with all skipped
+        self._estimators: dict[tuple[str, ...], FallbackEstimator | None] = {}
+        self.estimates: list[dict] = []  # fall-back sets scored without a PaddleSlim run
+
+    def layers(self) -> list[str]:
+        """The layers PaddleSlim quantized in the base trial (weight names, graph order), read once."""
+        if self._layers is None:
+            self._layers = quantized_layers(self.base.paddle2onnx_file, self.base.folder / Path(MODEL_FILE).stem)
+        return self._layers
+
+    def _calibration_skipping(self, layers: tuple[str, ...], allow_float: bool = False) -> Path:
+        """PaddleSlim's model for the base recipe with `layers` left in FP32 (cached like any calibration)."""
+        return self.runner.calibrate(self.base_settings.with_recipe(QuantizeRecipe(), layers), allow_float)[0]
+
+    def estimator(self, skipped: tuple[str, ...] = ()) -> FallbackEstimator | None:
+        """What FP32 fall-backs of the base trial would score, from one extra PaddleSlim run (cached).
+
+        `skipped`: layers whose fall-back cannot be assembled (`FallbackEstimator.float_weights` lacks
+        them); the estimate then starts from a real PaddleSlim calibration with them skipped.
+        """
+        if skipped in self._estimators:
+            return self._estimators[skipped]
+        layers = self.layers()
+        try:
+            if self._float_weights is None:
+                self._float_weights = float_weights(self._calibration_skipping(tuple(layers), allow_float=True))
+            calibration, raw = self.base.folder, self.base.paddle2onnx_file
+            if skipped:
+                calibration = self._calibration_skipping(skipped)
+                raw = self.runner.scratch / f"estimate-base-{len(self._estimators)}.onnx"
+                to_onnx(calibration / MODEL_FILE, calibration / PARAMS_FILE, raw)
+            estimator = FallbackEstimator(raw, calibration, self._float_weights, self.runner.check,
+                                          [layer for layer in layers if layer not in skipped])
+            if not skipped:
+                log.info("search: FP32 fall-backs can be estimated for %d of %d layers; not for %s",
+                         len(estimator.float_weights), len(layers),
+                         ", ".join(sorted(set(layers) - set(estimator.float_weights))) or "none")
+        except (StageError, RuntimeError, ValueError) as exc:
+            log.warning("search: no fall-back estimates (%s); each layer is measured by a PaddleSlim run", exc)
+            estimator = None
+        self._estimators[skipped] = estimator
+        return estimator
+
+    def sensitivity(self, estimator: FallbackEstimator | None) -> tuple[list[dict], bool]:
+        """The base trial's layers, most sensitive first; cached by calibration inputs and validation data."""
+        runner = self.runner
+        digest = content_digest(self.base.calibration_digest, runner.validation_digest, "fp32-fall-back ranking")
+        if runner.cache is not None and (entry := runner.cache.get(digest)) is not None:
+            return json.loads((entry / "ranking.json").read_text()), True
+        scratch = runner.scratch / f"ranking-{digest[:12]}"
+        scratch.mkdir()
+        layers = self.layers()
+        estimable = set(estimator.float_weights) if estimator is not None else set()
+
+        def score_without(layer: str) -> dict:
+            if layer in estimable:
+                return estimator.score((layer,))
+            lowered = scratch / f"without-{layers.index(layer)}.onnx"  # a real PaddleSlim run
+            lowered_model(self._calibration_skipping((layer,)), lowered)
+            return {**runner.check.score(lowered), "measured_by": "paddleslim"}
+
+        # The ranking may use half of the time left; the fall-back trials need the rest.
+        deadline = time.monotonic() + (runner.budget.timeout_s - runner.elapsed_s()) / 2
+        ranking, completeness = rank_layers(layers, score_without, self.base.validation, deadline)
+        if runner.cache is not None and completeness == "complete":
+            with runner.cache.fill(digest) as folder:
+                (folder / "ranking.json").write_text(json.dumps(ranking, sort_keys=True, indent=2) + "\n")
+        return ranking, False
+
+    def estimate(self, float_layers: list[str]) -> bool | None:
+        """Whether the base trial with `float_layers` in FP32 would pass, by the estimate; None: cannot tell.
+
+        The estimate has no latency of its own: it is judged with the base trial's speedup, which a
+        fall-back can only lower, so a real trial still decides.
+        """
+        main = self.estimator()
+        if main is None or self.runner.elapsed_s() >= self.runner.budget.timeout_s:
+            return None
+        skipped = tuple(layer for layer in float_layers if layer not in main.float_weights)
+        estimator = self.estimator(skipped)
+        if estimator is None:
+            return None
+        validation = estimator.score([layer for layer in float_layers if layer not in skipped])
+        failures = policy_failures(self.runner.policy,
+                                   {**validation, "speedup_int8_vs_fp32": self.base.speedup_int8_vs_fp32})
+        self.estimates.append({"float_layers": list(float_layers), "validation": validation, "passed": not failures})
+        live(log, "search estimate, %d FP32 layers: drop %.2f pts, agreement %.4f -> %s", len(float_layers),
+                  validation["accuracy_drop_pts"], validation["agreement"], "passes" if not failures else "misses")
+        return not failures
+
+    def fewest_float_layers(self, order: list[str], limit: int) -> int:
+        """The fewest leading layers of `order` whose FP32 fall-back the estimate says passes (else `limit`)."""
+        for count in range(1, limit + 1):
+            verdict = self.estimate(order[:count])
+            if verdict is None or verdict:
+                return count  # passes, or from here on only real trials can tell
+        return limit

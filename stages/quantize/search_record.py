@@ -1,0 +1,78 @@
+"""What the search reports: the summary in the quantize manifest and the full record in `search.json`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from quantgate.config import GatePolicy, QuantizeConfig
+from quantgate.stages.quantize.outputs import SEARCH_FILE
+from quantgate.stages.quantize.trials import Trial, TrialRunner
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """How the search's phases ended: why they stopped, and the fall-back ranking if one was made."""
+
+    stopped: str
+    ranking: list[dict] | None = None
+    ranking_cached: bool = False
+    estimates: list[dict] = field(default_factory=list)  # fall-back sets scored without a PaddleSlim run
+
+
+def layer_costs(trials: list[Trial], kept: Trial) -> list[dict]:
+    """Per FP32 layer of the kept trial: what it costs in speed, against the trial that had it in INT8.
+
+    Each trial times its INT8 model next to FP32 in one process, so the cost is taken as a share of
+    FP32's latency (INT8/FP32 with the layer in FP32 minus INT8/FP32 with it in INT8): drift of the
+    machine between trials cancels out.
+    """
+    costs = []
+    for layer in kept.float_layers:
+        others = set(kept.float_layers) - {layer}
+        twins = [trial for trial in trials if set(trial.float_layers) == others and trial.recipe == kept.recipe]
+        twin = min(twins, key=lambda trial: trial.latency_ms_p50_int8 / trial.latency_ms_p50_fp32) if twins else None
+        share = None if twin is None else 100 * (kept.latency_ms_p50_int8 / kept.latency_ms_p50_fp32
+                                                  - twin.latency_ms_p50_int8 / twin.latency_ms_p50_fp32)
+        costs.append({
+            "layer": layer,
+            "latency_cost_pct_of_fp32": share,
+            "latency_cost_ms": None if share is None else share / 100 * kept.latency_ms_p50_fp32,
+            "int8_passed_policy": None if twin is None else twin.passed,
+            "measured_against_trial": None if twin is None else twin.index,
+        })
+    return costs
+
+
+def search_summary(config: QuantizeConfig, runner: TrialRunner, kept: Trial, outcome: SearchOutcome) -> dict:
+    """The search in the quantize manifest: the kept trial, the budget, and how the search got there."""
+    trials = runner.trials
+    return {
+        "strategy": "search",
+        "passed": kept.passed,
+        "stopped": outcome.stopped,
+        "kept_trial": kept.index,
+        "trials": len(trials),
+        "wall_s": runner.elapsed_s(),
+        "budget": config.search.model_dump(mode="json", exclude={"recipes"}),
+        "recipe": kept.recipe,
+        "float_layers": kept.float_layers,
+        "float_layer_costs": layer_costs(trials, kept),
+        "validation": kept.validation,
+        "speedup_int8_vs_fp32": kept.speedup_int8_vs_fp32,
+        "first_trial": {"passed": trials[0].passed, "validation": trials[0].validation},
+        "calibrations_from_cache": sum(trial.calibration_cached for trial in trials),
+        "failed_recipes": runner.failed_recipes,
+        "ranking_from_cache": outcome.ranking_cached,
+        "fallback_estimates": len(outcome.estimates),
+    }
+
+
+def write_search_record(out_dir: Path, summary: dict, policy: GatePolicy, outcome: SearchOutcome,
+                        trials: list[Trial]) -> None:
+    """`search.json`: the summary plus the policy, the ranking, every estimate and every trial."""
+    record = {**summary, "policy": policy.model_dump(mode="json"), "ranking": outcome.ranking,
+              "fallback_estimates_detail": outcome.estimates,
+              "trials_detail": [trial.record() for trial in trials]}
+    (Path(out_dir) / SEARCH_FILE).write_text(json.dumps(record, sort_keys=True, indent=2, allow_nan=False) + "\n")

@@ -1,0 +1,198 @@
+"""The search's trials: one PaddleSlim calibration, lowered and judged on the validation split, within a budget.
+
+One trial = PaddleSlim calibration with one recipe and skip list -> paddle2onnx -> the lowering ->
+accuracy on the validation split and latency against FP32, judged by the gate's own criteria
+(`validation_check`). Calibrations are keyed by a digest of everything that decides them, so a
+trial that repeats one (in this search, or from the cache of an earlier run) costs no PaddleSlim run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass, field
+from importlib.metadata import version as installed_version
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from quantgate.config import EvaluateConfig, GatePolicy, QuantizeConfig, QuantizeRecipe
+from quantgate.stages.convert.onnx_export import to_onnx
+from quantgate.stages.data.splits import load_splits
+from quantgate.stages.evaluate.latency import measure
+from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
+from quantgate.stages.quantize.layer_sensitivity import lowered_model
+from quantgate.stages.quantize.ptq import QuantizationError, quantize_with_images
+from quantgate.stages.quantize.validation_check import ValidationCheck, policy_failures
+from quantgate.stages.shared.progress import live
+
+log = logging.getLogger(__name__)
+
+CALIBRATION_METRICS = "calibration.json"
+# What decides a PaddleSlim calibration besides the model and the images.
+CALIBRATION_FIELDS = ("algo", "hist_percent", "bias_correction", "weight_quantize_type",
+                      "batch_size", "batch_nums", "skip_tensors")
+
+
+class Cache(Protocol):
+    """Where calibrations and rankings are kept between runs (artifacts.cache.ContentCache)."""
+
+    def get(self, digest: str) -> Path | None: ...
+
+    def fill(self, digest: str) -> AbstractContextManager[Path]: ...
+
+
+@dataclass
+class Trial:
+    index: int
+    phase: str  # "recipe", "fall-back" or "restore"
+    recipe: dict
+    float_layers: list[str]
+    validation: dict
+    passed: bool
+    failures: list[str]
+    latency_ms_p50_fp32: float
+    latency_ms_p50_int8: float
+    speedup_int8_vs_fp32: float
+    seconds: float
+    calibration_cached: bool
+    calibration_digest: str
+    folder: Path = field(repr=False)  # PaddleSlim's model
+    paddle2onnx_file: Path = field(repr=False)  # its conversion, before the lowering
+
+    def record(self) -> dict:
+        return {key: value for key, value in asdict(self).items() if key not in ("folder", "paddle2onnx_file")}
+
+
+def closest_to_fp32(trial: Trial) -> tuple:
+    """Sort key: accuracy lost (a gain counts as none), then disagreement, then logit error."""
+    validation = trial.validation
+    return (max(validation["accuracy_drop_pts"], 0.0), -validation["agreement"], validation["logit_error"])
+
+
+def kept_trial(trials: list[Trial]) -> Trial:
+    """The passing trial with the fewest FP32 layers, then the lowest latency; else the one closest to FP32."""
+    passing = [trial for trial in trials if trial.passed]
+    if passing:
+        return min(passing, key=lambda trial: (len(trial.float_layers), trial.latency_ms_p50_int8))
+    return min(trials, key=closest_to_fp32)
+
+
+def content_digest(*parts: object) -> str:
+    """sha256 over `parts`: bytes as they are, anything else as canonical JSON."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part if isinstance(part, bytes) else json.dumps(part, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def _files_digest(*paths: Path) -> str:
+    return content_digest(*(Path(path).read_bytes() for path in paths))
+
+
+def _recipe_record(settings: QuantizeConfig) -> dict:
+    """The recipe fields of `settings`, every one set (a QuantizeRecipe built from it reproduces them)."""
+    return {name: getattr(settings, name) for name in QuantizeRecipe.model_fields}
+
+
+class TrialRunner:
+    """One search's trials: its budget, the trials run so far, and the calibrations they can reuse."""
+
+    def __init__(self, config: QuantizeConfig, policy: GatePolicy, evaluate_config: EvaluateConfig,
+                 model_dir: Path, splits_path: Path, scratch: Path, cache: Cache | None):
+        self.config, self.policy, self.budget = config, policy, config.search
+        self.model_dir, self.scratch, self.cache = Path(model_dir), scratch, cache
+        self.started = time.monotonic()
+        self.trials: list[Trial] = []
+        self.failed_recipes: list[dict] = []  # recipes PaddleSlim (or the conversion) could not run
+        splits = load_splits(splits_path)
+        self.calibration_images = splits.x_calibration
+        self.fp32_onnx = scratch / "fp32.onnx"
+        to_onnx(self.model_dir / MODEL_FILE, self.model_dir / PARAMS_FILE, self.fp32_onnx)
+        self.check = ValidationCheck(self.fp32_onnx, splits.x_validation, splits.y_validation,
+                                     evaluate_config.threads, evaluate_config.batch_size)
+        self.latency_batch = splits.x_validation[: evaluate_config.batch_size]
+        self.threads = evaluate_config.threads
+        self.inputs_digest = content_digest(
+            _files_digest(self.model_dir / MODEL_FILE, self.model_dir / PARAMS_FILE),
+            np.ascontiguousarray(self.calibration_images).tobytes(),
+            {library: installed_version(library) for library in ("paddlepaddle", "paddleslim", "paddle2onnx")},
+        )
+        self._calibrated: dict[str, Path] = {}  # this search's calibrations, by digest
+        self.validation_digest = content_digest(np.ascontiguousarray(splits.x_validation).tobytes(),
+                                                np.ascontiguousarray(splits.y_validation).tobytes())
+
+    # -- budget ---------------------------------------------------------------------------
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def exhausted(self) -> str | None:
+        """Why no further trial may start, or None."""
+        if len(self.trials) >= self.budget.max_trials:
+            return f"max_trials ({self.budget.max_trials}) reached"
+        if self.elapsed_s() >= self.budget.timeout_s:
+            return f"timeout ({self.budget.timeout_s:g} s) reached"
+        return None
+
+    # -- one trial ------------------------------------------------------------------------
+
+    def calibrate(self, settings: QuantizeConfig, allow_float: bool = False) -> tuple[Path, str, bool]:
+        """PaddleSlim's model for `settings`, from the cache when this exact calibration ran before.
+
+        `allow_float`: a model with nothing quantized is an answer, not an error (every layer skipped).
+        """
+        digest = content_digest(self.inputs_digest, {name: getattr(settings, name) for name in CALIBRATION_FIELDS})
+        if digest in self._calibrated:
+            return self._calibrated[digest], digest, True
+        if self.cache is not None and (entry := self.cache.get(digest)) is not None:
+            self._calibrated[digest] = entry
+            return entry, digest, True
+        if self.cache is None:
+            folder = self.scratch / f"calibration-{digest[:16]}"
+            folder.mkdir()
+            self._run_paddleslim(settings, folder, allow_float)
+        else:
+            with self.cache.fill(digest) as staging:
+                self._run_paddleslim(settings, staging, allow_float)
+            folder = self.cache.get(digest)
+            if folder is None:
+                raise QuantizationError(f"the calibration cached as {digest[:12]} was damaged right after it was "
+                                        "written; check the store's disk and run again")
+        self._calibrated[digest] = folder
+        return folder, digest, False
+
+    def _run_paddleslim(self, settings: QuantizeConfig, folder: Path, allow_float: bool = False) -> None:
+        result = quantize_with_images(settings, self.model_dir, MODEL_FILE, PARAMS_FILE, self.calibration_images,
+                                      folder, allow_float=allow_float)
+        (folder / CALIBRATION_METRICS).write_text(json.dumps(result.metrics, sort_keys=True, indent=2) + "\n")
+
+    def run_trial(self, phase: str, recipe_settings: QuantizeConfig, float_layers: tuple[str, ...]) -> Trial:
+        started = time.monotonic()
+        settings = recipe_settings.with_recipe(QuantizeRecipe(), float_layers)
+        calibration, digest, cached = self.calibrate(settings)
+        folder = self.scratch / f"trial-{len(self.trials) + 1:03d}"
+        folder.mkdir()
+        raw = lowered_model(calibration, folder / "int8.onnx")
+        validation = self.check.score(folder / "int8.onnx")
+        latency = measure({"fp32": self.fp32_onnx, "int8": folder / "int8.onnx"}, self.latency_batch, self.threads,
+                          self.budget.latency_repeats)
+        metrics = {**validation, "speedup_int8_vs_fp32": latency["fp32"]["p50"] / latency["int8"]["p50"],
+                   "latency_ms_p50_fp32": latency["fp32"]["p50"], "latency_ms_p50_int8": latency["int8"]["p50"]}
+        failures = policy_failures(self.policy, metrics)
+        trial = Trial(
+            index=len(self.trials) + 1, phase=phase, recipe=_recipe_record(settings), float_layers=list(float_layers),
+            validation=validation, passed=not failures, failures=failures,
+            latency_ms_p50_fp32=latency["fp32"]["p50"], latency_ms_p50_int8=latency["int8"]["p50"],
+            speedup_int8_vs_fp32=metrics["speedup_int8_vs_fp32"], seconds=time.monotonic() - started,
+            calibration_cached=cached, calibration_digest=digest, folder=calibration, paddle2onnx_file=raw,
+        )
+        self.trials.append(trial)
+        live(log, "search trial %d (%s, %s, %d FP32 layers): drop %.2f pts, agreement %.4f, %.2fx -> %s",
+                  trial.index, phase, trial.recipe["algo"], len(float_layers), validation["accuracy_drop_pts"],
+                  validation["agreement"], trial.speedup_int8_vs_fp32, "passes" if trial.passed else "misses")
+        return trial
