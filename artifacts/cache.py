@@ -18,11 +18,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .manifest import sha256_file
-from .writer import close_staging
+from . import locks
+from .manifest import fsync_dir, make_dir, read_regular, sha256_file
+from .writer import STAGING_PREFIX, close_staging
 
 CACHE_DIR = ".cache"  # a dot: never a model name, so listings and fsck pass it by
 ENTRY_MANIFEST = "cache-entry.json"
+# A damaged entry is renamed to this prefix by `get`; fsck reports such folders and --repair removes them.
+DAMAGED_PREFIX = ".damaged-"
 
 
 class ContentCache:
@@ -35,32 +38,46 @@ class ContentCache:
         """The entry's folder if it exists and its files hash as recorded; otherwise None."""
         entry = self.root / digest
         try:
-            recorded = json.loads((entry / ENTRY_MANIFEST).read_text())["files"]
+            recorded = json.loads(read_regular(entry / ENTRY_MANIFEST))["files"]
             if all(sha256_file(entry / name)[0] == sha for name, sha in recorded.items()):
                 return entry
         except (OSError, ValueError, KeyError, TypeError):
             pass
-        if entry.exists():  # damaged or half-removed: keep it out of the way, for inspection
-            entry.rename(entry.with_name(f".damaged-{digest}-{uuid.uuid4().hex[:8]}"))
+        if os.path.lexists(entry):  # damaged or half-removed: keep it out of the way, for inspection
+            try:
+                entry.rename(entry.with_name(f"{DAMAGED_PREFIX}{digest}-{uuid.uuid4().hex[:8]}"))
+            except FileNotFoundError:
+                pass  # another reader set it aside first
         return None
 
     @contextmanager
     def fill(self, digest: str) -> Iterator[Path]:
         """A staging folder to write the entry into; committed when the block ends without error."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        staging = self.root / f".staging-{digest[:16]}-{uuid.uuid4().hex[:8]}"
-        staging.mkdir()
+        make_dir(self.root)
+        while True:
+            staging = self.root / f"{STAGING_PREFIX}{digest[:16]}-{uuid.uuid4().hex[:8]}"
+            try:
+                # Created under its lock: fsck --repair removes only staging folders nobody holds.
+                held = locks.create_dir(staging)
+                break
+            except FileExistsError:
+                continue
 
         def commit() -> None:
             files = {path.relative_to(staging).as_posix(): sha256_file(path, fsync=True)[0]
                      for path in sorted(staging.rglob("*")) if path.is_file()}
-            (staging / ENTRY_MANIFEST).write_text(json.dumps({"files": files}, sort_keys=True, indent=2) + "\n")
+            with open(staging / ENTRY_MANIFEST, "x") as manifest:
+                manifest.write(json.dumps({"files": files}, sort_keys=True, indent=2) + "\n")
+                manifest.flush()
+                os.fsync(manifest.fileno())
+            fsync_dir(staging)
             try:
                 staging.rename(self.root / digest)
             except OSError:
                 if not (self.root / digest).exists():
                     raise
                 shutil.rmtree(staging, ignore_errors=True)  # someone else filled it first: theirs stands
+            fsync_dir(self.root)
 
         failure: BaseException | None = None
         try:
@@ -69,4 +86,7 @@ class ContentCache:
             failure = exc
             raise
         finally:
-            close_staging(staging, f"cache entry {self.root.name}/{digest[:12]}", commit, failure)
+            try:
+                close_staging(staging, f"cache entry {self.root.name}/{digest[:12]}", commit, failure)
+            finally:
+                locks.release(held)

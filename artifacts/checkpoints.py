@@ -5,13 +5,19 @@
 
 A stage commits its outputs only when it ends, so a run that is killed mid-training would
 otherwise leave nothing to resume from. Each checkpoint is committed on its own, the same way
-a stage is (staging folder, sha256 manifest, one rename), so a crash leaves only whole
-checkpoints. They hold pickle-based files: `verify_checkpoint` re-hashes every byte before a
-caller may load one.
+a stage is (staging folder, sealed sha256 manifest, one rename), so a crash leaves only whole
+checkpoints.
+
+A checkpoint's only pin is the sha256 of its own manifest, read from disk when it is listed:
+anyone who can write the store can forge a self-consistent one (the seal is a plain sha256, no
+secret). So the defence against a forged checkpoint is what the reader does with the bytes, not
+the hashes: checkpoints hold only `.npz` arrays (read with allow_pickle=False), JSON and CSV,
+and `read_checkpoint` hands the caller the very bytes it hashed, so nothing is reopened by path
+between the check and the use. The hashes catch damage and careless edits.
 """
 
-import json
 import os
+import re
 import stat
 import uuid
 from dataclasses import dataclass
@@ -23,17 +29,22 @@ from .layout import CHECKPOINTS_DIR, VERSION_RECORD
 from .manifest import (
     MANIFEST_NAME,
     SCHEMA_VERSION,
-    canonical_json,
+    SEAL_KEY,
     fsync_dir,
     list_entries,
+    make_dir,
     make_read_only,
+    read_regular,
+    read_sealed,
+    sealed_json,
     sha256_bytes,
     sha256_file,
     utc_now,
 )
 from .names import NAME_PATTERN, VersionRef, check_stage
-from .verify import REBUILD_HINT
 from .writer import close_staging
+
+CHECKPOINT_HINT = "run `quantgate fsck` to list the damage, and resume from another version or start a fresh run"
 
 
 @dataclass(frozen=True)
@@ -56,14 +67,15 @@ class CheckpointWriter:
         self._version, self._stage, self._name, self._target = version, stage, name, target
         self._label = f"checkpoint {name!r} of stage {stage!r} of model {version.model!r} {version.version}"
         self.ref: CheckpointRef | None = None
-        self._lock: int | None = None
+        self._lock: locks.Held | None = None
 
     def __enter__(self) -> "CheckpointWriter":
         if self._target.exists():
             raise ArtifactExists(f"{self._label} is already committed and immutable; use a new checkpoint name")
         try:
-            self.dir.mkdir(parents=True)
-            self._lock = locks.hold(self.dir)  # fsck: a staging folder nobody holds is a crash's leftover
+            make_dir(self.dir.parent)
+            # Created under its lock: fsck never sees it unheld, so never takes a live run's folder for a leftover.
+            self._lock = locks.create_dir(self.dir)
         except OSError as exc:
             raise ArtifactError(f"cannot create a staging folder for {self._label}: {exc.strerror or exc}") from exc
         return self
@@ -85,7 +97,7 @@ class CheckpointWriter:
             digest, size = sha256_file(path, fsync=True)
             make_read_only(path)
             files[relpath] = {"sha256": digest, "bytes": size}
-        data = canonical_json({
+        data = sealed_json({
             "schema": SCHEMA_VERSION, "model": self._version.model, "version": self._version.version,
             "stage": self._stage, "checkpoint": self._name, "files": files, "created_at": utc_now(),
         })
@@ -131,12 +143,12 @@ def latest_checkpoint(version: VersionRef, stage: str) -> CheckpointRef:
 
 
 def committed_checkpoints(version: VersionRef, stage: str) -> list[CheckpointRef]:
-    """Committed checkpoints of a stage, sorted by name (epoch-0001, epoch-0002, ...)."""
+    """Committed checkpoints of a stage, oldest first: epoch-9999 before epoch-10000."""
     folder = checkpoint_folder(version, stage)
     if not folder.is_dir():
         return []
     refs = []
-    for entry in sorted(folder.iterdir()):
+    for entry in sorted(folder.iterdir(), key=lambda path: _numeric_order(path.name)):
         manifest = entry / MANIFEST_NAME
         if NAME_PATTERN.fullmatch(entry.name) and manifest.is_file():
             refs.append(CheckpointRef(version.model, version.version, stage, entry.name, str(entry),
@@ -144,30 +156,86 @@ def committed_checkpoints(version: VersionRef, stage: str) -> list[CheckpointRef
     return refs
 
 
-def verify_checkpoint_files(ref: CheckpointRef) -> Path:
-    """Re-hash a checkpoint against `ref`; return its folder only if every byte matches.
+def _numeric_order(name: str) -> tuple:
+    """Sort key comparing digit runs as numbers: text sorts epoch-10000 before epoch-9999."""
+    # re.split with a group alternates text and digits, so equal positions always hold equal types.
+    parts = re.split(r"(\d+)", name)
+    return (tuple(int(part) if index % 2 else part for index, part in enumerate(parts)), name)
+
+
+def read_checkpoint(ref: CheckpointRef) -> dict[str, bytes]:
+    """Every file of a checkpoint, read once and checked against `ref`: relative path -> the bytes hashed.
+
+    Callers deserialise these bytes and never reopen the files, so what they load is what was verified.
 
     Raises:
-        ArtifactCorrupt: the manifest or a file changed, or a file is missing or extra.
+        ArtifactNotFound: the checkpoint's manifest is gone.
+        ArtifactCorrupt: the manifest is malformed, unsealed, for another checkpoint or changed since it
+            was listed, or a file is missing, extra, not a regular file or changed.
     """
     folder = Path(ref.path)
-    where = f"checkpoint {ref.name!r} of model {ref.model!r} {ref.version} stage {ref.stage!r} ({folder})"
-    data = (folder / MANIFEST_NAME).read_bytes()
+    label = f"checkpoint {ref.name!r} of model {ref.model!r} {ref.version} stage {ref.stage!r}"
+    where, hint = f"{label} ({folder})", CHECKPOINT_HINT
+    try:
+        data = read_regular(folder / MANIFEST_NAME)
+    except FileNotFoundError as exc:
+        raise ArtifactNotFound(f"{where} has no {MANIFEST_NAME}: it was removed after it was listed") from exc
+    except OSError as exc:
+        raise ArtifactCorrupt(f"the manifest of {where} is not a regular file ({exc.strerror or exc}); {hint}") from exc
     if sha256_bytes(data) != ref.manifest_sha256:
-        raise ArtifactCorrupt(f"the manifest of {where} changed after it was committed; {REBUILD_HINT}")
-    listed = {relpath: entry["sha256"] for relpath, entry in json.loads(data)["files"].items()}
+        raise ArtifactCorrupt(f"the manifest of {where} changed after it was committed; {hint}",
+                              kind="hash-mismatch")
+    record = read_sealed(data, f"{folder / MANIFEST_NAME} (the manifest of {label})", hint)
+    listed = _listed_files(record, ref, where, hint)
     present = set(list_entries(folder)) - {MANIFEST_NAME}
     if present != set(listed):
         raise ArtifactCorrupt(
             f"{where} has missing {sorted(set(listed) - present)} or unlisted {sorted(present - set(listed))} "
-            f"files; {REBUILD_HINT}"
+            f"files; {hint}", kind="extra-file" if present - set(listed) else "missing-file",
         )
+    contents = {}
     for relpath, expected in sorted(listed.items()):
-        path = folder / relpath
-        actual = "a symlink" if path.is_symlink() else sha256_file(path)[0]
+        try:
+            content = read_regular(folder / relpath)
+        except OSError as exc:  # a symlink (ELOOP), a folder, a file removed since the listing
+            raise ArtifactCorrupt(f"{relpath} of {where} cannot be read as a regular file "
+                                  f"({exc.strerror or exc}); {hint}", kind="missing-file") from exc
+        actual = sha256_bytes(content)
         if actual != expected:
             raise ArtifactCorrupt(
                 f"{relpath} of {where} does not match its manifest: expected sha256 {expected}, got {actual}; "
-                "it must not be loaded (it is pickle-based)"
+                f"it must not be loaded; {hint}", kind="hash-mismatch",
             )
-    return folder
+        contents[relpath] = content
+    return contents
+
+
+def _listed_files(record: dict, ref: CheckpointRef, where: str, hint: str) -> dict[str, str]:
+    """The manifest's relative path -> sha256, after checking it is a sealed manifest of this checkpoint."""
+    if SEAL_KEY not in record:
+        raise ArtifactCorrupt(f"the manifest of {where} carries no seal: it was written by an older quantgate, "
+                              f"whose checkpoints held pickles, and is never loaded; {hint}")
+    owner = {"model": ref.model, "version": ref.version, "stage": ref.stage, "checkpoint": ref.name}
+    moved = {key: record.get(key) for key, value in owner.items() if record.get(key) != value}
+    if moved:
+        raise ArtifactCorrupt(f"the manifest of {where} names another checkpoint ({moved}); it was copied "
+                              f"from elsewhere; {hint}")
+    files = record.get("files")
+    if not isinstance(files, dict) or not all(
+        isinstance(entry, dict) and isinstance(entry.get("sha256"), str) for entry in files.values()
+    ):
+        raise ArtifactCorrupt(f"the manifest of {where} has no valid 'files' listing; {hint}")
+    return {relpath: entry["sha256"] for relpath, entry in files.items()}
+
+
+def verify_checkpoint_files(ref: CheckpointRef) -> Path:
+    """Re-hash a checkpoint against `ref`; return its folder only if every byte matches.
+
+    Use `read_checkpoint` to load one: files reopened from this folder may have changed since.
+
+    Raises:
+        ArtifactNotFound: the checkpoint's manifest is gone.
+        ArtifactCorrupt: see `read_checkpoint`.
+    """
+    read_checkpoint(ref)
+    return Path(ref.path)

@@ -43,3 +43,7 @@ class StoreFull(ArtifactError, BadInput):
 
     What was half-written is removed; committed stages stay and a rerun reuses them.
     """
+
+
+class AliasMoved(ArtifactError):
+    """A compare-and-set alias move found the alias no longer at the expected version; nothing moved."""

@@ -3,221 +3,271 @@
 Problems are errors (the store holds something it should not, or misses something it should)
 or warnings (an interrupted version: no version.json and no process holds it; its committed
 stages are intact and reusable, it can never be aliased, and it is kept). Repair removes
-orphans only: staging folders and temporary files that no live process holds a lock on.
+orphans only: staging folders, temporary files, set-aside cache entries and lock files that no
+live process holds, plus a torn last line of an audit log (never committed, see audit.py).
 It never deletes or rewrites a committed stage, a version record, an alias or a version.
+
+fsck never follows a symlink and never opens a FIFO, socket or device (see fsck_entries.py):
+each is named as a `special-file` error and left alone.
 """
 
 import os
-import shutil
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 
-from . import locks, paths
+from . import paths
+from .aliases import committed_moves, current_target
+from .audit import torn_tail, truncate_torn_tail
+from .cache import CACHE_DIR
 from .checkpoints import CheckpointRef, verify_checkpoint_files
+from .decisions import effective_verdict, read_decisions
 from .errors import ArtifactCorrupt, ArtifactError
+from .fsck_entries import (
+    PROBE_PREFIX,
+    Entry,
+    Problem,
+    check_cache,
+    lstat_mode,
+    orphan,
+    rel,
+    remove_orphan,
+    scan,
+    special,
+    split_lock_files,
+)
 from .layout import (
     ALIASES_DIR,
     AUDIT_FILE,
     CHECKPOINTS_DIR,
     DECISIONS_DIR,
+    NEXT_VERSION_FILE,
     RELEASE,
     RUN_LOG_FILE,
     VERSION_RECORD,
     VERSIONS_DIR,
 )
-from .manifest import MANIFEST_NAME, TEMP_SUFFIX, read_sealed, sha256_bytes
-from .names import NAME_PATTERN, VERSION_PATTERN, StageRef, check_model
+from .manifest import MANIFEST_NAME, TEMP_SUFFIX, entry_kind, read_regular, read_sealed, sha256_bytes
+from .names import NAME_PATTERN, VERSION_PATTERN, StageRef, VersionRef, check_model
+from .reading import verify_finalized_version
 from .store import ArtifactStore
 from .writer import STAGING_PREFIX
 
-
-@dataclass(frozen=True)
-class Problem:
-    """One finding; `path` is relative to the store root."""
-
-    kind: str
-    path: str
-    message: str
-    severity: str = "error"  # or "warning"
-    repairable: bool = False
-
-    def describe(self) -> str:
-        return f"{self.severity:<7} {self.kind:<18} {self.path}: {self.message}"
+__all__ = ["Problem", "check_store", "repair"]
 
 
 def check_store(store: ArtifactStore, model: str | None = None) -> list[Problem]:
     """Every problem in the store (or in one model), in a stable order."""
     root = store.root
-    models = [check_model(model)] if model else sorted(
-        entry.name for entry in root.iterdir() if entry.is_dir() and NAME_PATTERN.fullmatch(entry.name)
-    )
     problems: list[Problem] = []
-    if not model:  # the writability probe a crashed ArtifactStore() may leave at the root
-        for probe in sorted(root.glob(".write-probe-*")):
-            problems += _orphan(store, probe, "orphan-temp")
-    for name in models:
-        problems += _check_versions(store, name)
-        problems += _check_aliases(store, name)
-        problems += _check_audit_log(store, name)
+    if model:
+        models = [Entry(root / check_model(model), lstat_mode(root / model) or stat.S_IFDIR)]
+    else:
+        entries, problems = split_lock_files(root, scan(root))
+        models = [e for e in entries if NAME_PATTERN.fullmatch(e.name) and ".." not in e.name]
+        for entry in entries:  # the writability probe a crashed ArtifactStore() may leave at the root
+            if entry.name.startswith(PROBE_PREFIX):
+                problems += [special(root, entry)] if entry.is_special else orphan(root, entry.path, "orphan-temp")
+            elif entry.name == CACHE_DIR and entry.is_special:
+                problems.append(special(root, entry))
+        problems += check_cache(root)
+    for entry in models:
+        if entry.is_special:
+            problems.append(special(root, entry))
+        elif entry.is_dir:
+            problems += _check_model(store, entry.name)
     return problems
 
 
 def repair(store: ArtifactStore, problems: list[Problem]) -> list[str]:
-    """Remove the orphans among `problems` (only those, and only while nobody holds them); return their paths."""
-    removed = []
+    """Remove the orphans among `problems` (only those, and only while nobody holds them), cut torn
+    audit lines; return the paths repaired."""
+    repaired = []
     for problem in problems:
         if not problem.repairable:
             continue
         path = store.root / problem.path
-        fd = locks.hold(path, blocking=False) if path.exists() else None
-        if fd is None:
-            continue  # gone already, or a live process picked it up again
-        try:
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-        finally:
-            locks.release(fd)
-        removed.append(problem.path)
-    return removed
+        if problem.kind == "torn-audit-line":
+            done = truncate_torn_tail(path) is not None
+        else:
+            done = remove_orphan(path)
+        if done:
+            repaired.append(problem.path)
+    return repaired
 
 
-def _rel(store: ArtifactStore, path: Path) -> str:
-    return path.relative_to(store.root).as_posix()
-
-
-def _orphan(store: ArtifactStore, path: Path, kind: str) -> list[Problem]:
-    if locks.is_held(path):
-        return []  # a live process is writing it
-    return [Problem(kind, _rel(store, path), "left behind by an interrupted run; `fsck --repair` removes it",
-                    repairable=True)]
+def _check_model(store: ArtifactStore, model: str) -> list[Problem]:
+    root, folder = store.root, store.root / model
+    problems = []
+    for entry in scan(folder):
+        if entry.name in (VERSIONS_DIR, ALIASES_DIR) and not entry.is_dir:
+            problems.append(special(root, entry) if entry.is_special else
+                            Problem("unexpected-entry", rel(root, entry.path), "must be a folder"))
+        elif entry.name in (AUDIT_FILE, NEXT_VERSION_FILE) and entry.is_special:
+            problems.append(special(root, entry))
+        # Anything else at the model level belongs to no check: fsck says nothing about it.
+    if stat.S_ISDIR(lstat_mode(folder / VERSIONS_DIR) or 0):
+        problems += _check_versions(store, model)
+    if stat.S_ISDIR(lstat_mode(folder / ALIASES_DIR) or 0):
+        problems += _check_aliases(store, model)
+    if stat.S_ISREG(lstat_mode(folder / AUDIT_FILE) or 0):
+        problems += _check_audit_log(store, model)
+    return problems
 
 
 def _check_versions(store: ArtifactStore, model: str) -> list[Problem]:
     # fsck walks what is on disk, names the rules would refuse included, so it joins without validating.
-    folder = store.root / model / VERSIONS_DIR
-    if not folder.is_dir():
-        return []
-    problems = []
-    for entry in sorted(folder.iterdir()):
-        if not (entry.is_dir() and VERSION_PATTERN.fullmatch(entry.name)):
-            problems.append(Problem("unexpected-entry", _rel(store, entry), "not a version folder (v1, v2, ...)"))
-            continue
-        problems += _check_version(store, model, entry)
+    root = store.root
+    entries, problems = split_lock_files(root, scan(root / model / VERSIONS_DIR))
+    for entry in entries:
+        if entry.is_special:
+            problems.append(special(root, entry))
+        elif not (entry.is_dir and VERSION_PATTERN.fullmatch(entry.name)):
+            problems.append(Problem("unexpected-entry", rel(root, entry.path), "not a version folder (v1, v2, ...)"))
+        else:
+            problems += _check_version(store, model, entry.path)
     return problems
 
 
 def _check_version(store: ArtifactStore, model: str, version_dir: Path) -> list[Problem]:
-    problems, manifests = [], {}
-    for entry in sorted(version_dir.iterdir()):
-        if entry.name.startswith(STAGING_PREFIX) and entry.is_dir():
-            problems += _orphan(store, entry, "orphan-staging")
-        elif entry.name.startswith(".") and entry.name.endswith(TEMP_SUFFIX) and entry.is_file():
-            problems += _orphan(store, entry, "orphan-temp")
-        elif entry.name == VERSION_RECORD and entry.is_file():
-            continue
-        elif entry.name == RUN_LOG_FILE:
+    root = store.root
+    entries, problems = split_lock_files(root, scan(version_dir))
+    manifests = {}
+    for entry in entries:
+        if entry.name == RUN_LOG_FILE:
             problems += _check_run_log(store, entry)
-        elif entry.name == CHECKPOINTS_DIR and entry.is_dir() and not entry.is_symlink():
-            problems += _check_checkpoints(store, model, version_dir.name, entry)
-        elif entry.name == DECISIONS_DIR and entry.is_dir() and not entry.is_symlink():
-            problems += _check_decisions(store, entry)
-        elif entry.is_dir() and not entry.is_symlink() and NAME_PATTERN.fullmatch(entry.name):
-            stage_problems, digest = _check_stage(store, model, version_dir.name, entry)
+        elif entry.is_special:
+            problems.append(special(root, entry))
+        elif entry.name.startswith(STAGING_PREFIX) and entry.is_dir:
+            problems += orphan(root, entry.path, "orphan-staging")
+        elif entry.name.startswith(".") and entry.name.endswith(TEMP_SUFFIX) and entry.is_file:
+            problems += orphan(root, entry.path, "orphan-temp")
+        elif entry.name == VERSION_RECORD and entry.is_file:
+            continue
+        elif entry.name == CHECKPOINTS_DIR and entry.is_dir:
+            problems += _check_checkpoints(store, model, version_dir.name, entry.path)
+        elif entry.name == DECISIONS_DIR and entry.is_dir:
+            problems += _check_decisions(store, entry.path)
+        elif entry.is_dir and NAME_PATTERN.fullmatch(entry.name):
+            stage_problems, digest = _check_stage(store, model, version_dir.name, entry.path)
             problems += stage_problems
             if digest:
                 manifests[entry.name] = digest
         else:
-            problems.append(Problem("unexpected-entry", _rel(store, entry), "not a stage, record or store file"))
+            problems.append(Problem("unexpected-entry", rel(root, entry.path), "not a stage, record or store file"))
     problems += _check_record(store, model, version_dir, manifests)
     problems += _check_input_links(store, version_dir, manifests)
     return problems
 
 
-def _check_run_log(store: ArtifactStore, path: Path) -> list[Problem]:
+def _check_run_log(store: ArtifactStore, entry: Entry) -> list[Problem]:
     # lstat: a symlink is judged as a link, never by what it points at; the store never writes through one.
-    mode = os.lstat(path).st_mode
-    if stat.S_ISREG(mode):
+    if entry.is_file:
         return []  # informational and unhashed: any content is fine
-    found = "a symlink" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else "not a regular file"
-    return [Problem("bad-run-log", _rel(store, path),
-                    f"the run log must be a regular file, found {found}; move it aside (runs append to a new one)")]
+    return [Problem("bad-run-log", rel(store.root, entry.path),
+                    f"the run log must be a regular file, found {entry_kind(entry.mode)}; move it aside "
+                    "(runs append to a new one)")]
 
 
 def _check_checkpoints(store: ArtifactStore, model: str, version: str, folder: Path) -> list[Problem]:
+    root = store.root
     problems = []
-    for stage_dir in sorted(folder.iterdir()):
-        if not (stage_dir.is_dir() and NAME_PATTERN.fullmatch(stage_dir.name)):
-            problems.append(Problem("unexpected-entry", _rel(store, stage_dir), "not a stage's checkpoint folder"))
+    for stage_dir in scan(folder):
+        if stage_dir.is_special:
+            problems.append(special(root, stage_dir))
             continue
-        for entry in sorted(stage_dir.iterdir()):
-            manifest = entry / MANIFEST_NAME
-            if entry.name.startswith(STAGING_PREFIX) and entry.is_dir():
-                problems += _orphan(store, entry, "orphan-staging")
-            elif entry.is_dir() and NAME_PATTERN.fullmatch(entry.name) and manifest.is_file():
-                ref = CheckpointRef(model, version, stage_dir.name, entry.name, str(entry),
-                                    sha256_bytes(manifest.read_bytes()))
+        if not (stage_dir.is_dir and NAME_PATTERN.fullmatch(stage_dir.name)):
+            problems.append(Problem("unexpected-entry", rel(root, stage_dir.path), "not a stage's checkpoint folder"))
+            continue
+        entries, found = split_lock_files(root, scan(stage_dir.path))
+        problems += found
+        for entry in entries:
+            manifest = entry.path / MANIFEST_NAME
+            if entry.is_special:
+                problems.append(special(root, entry))
+            elif entry.name.startswith(STAGING_PREFIX) and entry.is_dir:
+                problems += orphan(root, entry.path, "orphan-staging")
+            elif entry.is_dir and NAME_PATTERN.fullmatch(entry.name) and stat.S_ISREG(lstat_mode(manifest) or 0):
                 try:
+                    ref = CheckpointRef(model, version, stage_dir.name, entry.name, str(entry.path),
+                                        sha256_bytes(read_regular(manifest)))
                     verify_checkpoint_files(ref)
-                except (ArtifactError, ValueError, KeyError, TypeError) as exc:
-                    problems.append(Problem("corrupt-checkpoint", _rel(store, entry), str(exc)))
+                except (ArtifactError, OSError, ValueError, KeyError, TypeError) as exc:
+                    problems.append(Problem("corrupt-checkpoint", rel(root, entry.path), str(exc)))
             else:
-                problems.append(Problem("unexpected-entry", _rel(store, entry), "not a committed checkpoint"))
+                problems.append(Problem("unexpected-entry", rel(root, entry.path), "not a committed checkpoint"))
     return problems
 
 
 def _check_decisions(store: ArtifactStore, folder: Path) -> list[Problem]:
-    problems = []
-    for entry in sorted(folder.iterdir()):
-        if entry.name.startswith(".") and entry.name.endswith(TEMP_SUFFIX) and entry.is_file():
-            problems += _orphan(store, entry, "orphan-temp")
-        elif entry.suffix == ".json" and entry.stem.isdigit() and entry.is_file():
+    root = store.root
+    entries, problems = split_lock_files(root, scan(folder))
+    for entry in entries:
+        if entry.is_special:
+            problems.append(special(root, entry))
+        elif entry.name.startswith(".") and entry.name.endswith(TEMP_SUFFIX) and entry.is_file:
+            problems += orphan(root, entry.path, "orphan-temp")
+        elif entry.path.suffix == ".json" and entry.path.stem.isdigit() and entry.is_file:
             try:
-                read_sealed(entry.read_bytes(), f"decision {_rel(store, entry)}", "")
-            except ArtifactError as exc:
-                problems.append(Problem("malformed-decision", _rel(store, entry), str(exc).rstrip("; ")))
+                read_sealed(read_regular(entry.path), f"decision {rel(root, entry.path)}", "")
+            except (ArtifactError, OSError) as exc:
+                problems.append(Problem("malformed-decision", rel(root, entry.path), str(exc).rstrip("; ")))
         else:
-            problems.append(Problem("unexpected-entry", _rel(store, entry), "not a numbered decision record"))
+            problems.append(Problem("unexpected-entry", rel(root, entry.path), "not a numbered decision record"))
     return problems
 
 
 def _check_stage(store: ArtifactStore, model: str, version: str, stage_dir: Path) -> tuple[list[Problem], str | None]:
     manifest_path = stage_dir / MANIFEST_NAME
-    if not manifest_path.is_file():
-        return [Problem("missing-manifest", _rel(store, stage_dir), f"stage folder without {MANIFEST_NAME}")], None
-    data = manifest_path.read_bytes()
-    digest = sha256_bytes(data)
+    mode = lstat_mode(manifest_path)
+    if mode is None:
+        return [Problem("missing-manifest", rel(store.root, stage_dir), f"stage folder without {MANIFEST_NAME}")], None
+    if not stat.S_ISREG(mode):
+        return [special(store.root, Entry(manifest_path, mode))], None
     try:
+        digest = sha256_bytes(read_regular(manifest_path))
         store.verify_stage(StageRef(model, version, stage_dir.name, str(stage_dir), digest))
     except ArtifactCorrupt as exc:
-        return [Problem(exc.kind, _rel(store, stage_dir), str(exc))], digest
+        return [Problem(exc.kind, rel(store.root, stage_dir), str(exc))], digest
+    except (ArtifactError, OSError) as exc:  # vanished or unreadable while we looked
+        return [Problem("missing-manifest", rel(store.root, stage_dir), str(exc))], None
     return [], digest
 
 
+def _read_record(path: Path, shown: str) -> dict:
+    """The sealed record at `path`; ArtifactError if it is not a regular file or not sealed."""
+    try:
+        data = read_regular(path)
+    except OSError as exc:
+        raise ArtifactCorrupt(f"{shown} is {entry_kind(lstat_mode(path) or 0)}, not a record file") from exc
+    return read_sealed(data, shown, "")
+
+
 def _check_record(store: ArtifactStore, model: str, version_dir: Path, manifests: dict[str, str]) -> list[Problem]:
-    record_path = version_dir / VERSION_RECORD
-    if not record_path.is_file():
+    from . import locks
+
+    root, record_path = store.root, version_dir / VERSION_RECORD
+    if lstat_mode(record_path) is None:
         if locks.is_held(version_dir):
             return []  # a run is writing this version right now
-        return [Problem("incomplete-version", _rel(store, version_dir),
+        return [Problem("incomplete-version", rel(root, version_dir),
                         f"no {VERSION_RECORD}: the run was interrupted; its committed stages stay reusable, "
                         "it can never be aliased, and it is kept", severity="warning")]
     try:
-        record = read_sealed(record_path.read_bytes(), f"version record {_rel(store, record_path)}", "")
+        record = _read_record(record_path, f"version record {rel(root, record_path)}")
     except ArtifactError as exc:
-        return [Problem("malformed-record", _rel(store, record_path), str(exc).rstrip("; "))]
+        return [Problem("malformed-record", rel(root, record_path), str(exc).rstrip("; "))]
     listed = record.get("stages")
     if not isinstance(listed, dict):
-        return [Problem("malformed-record", _rel(store, record_path), "has no 'stages' map")]
+        return [Problem("malformed-record", rel(root, record_path), "has no 'stages' map")]
     problems = []
+    shown = rel(root, version_dir)
     for stage in sorted(set(listed) | set(manifests)):
         if stage not in manifests:
-            problems.append(Problem("missing-stage", f"{_rel(store, version_dir)}/{stage}",
-                                    f"listed in {VERSION_RECORD} but not in the store"))
+            problems.append(Problem("missing-stage", f"{shown}/{stage}", f"listed in {VERSION_RECORD} but not in the store"))
         elif stage not in listed:
-            problems.append(Problem("unrecorded-stage", f"{_rel(store, version_dir)}/{stage}",
-                                    f"committed but not listed in {VERSION_RECORD}"))
+            problems.append(Problem("unrecorded-stage", f"{shown}/{stage}", f"committed but not listed in {VERSION_RECORD}"))
         elif listed[stage] != manifests[stage]:
-            problems.append(Problem("hash-mismatch", f"{_rel(store, version_dir)}/{stage}/{MANIFEST_NAME}",
+            problems.append(Problem("hash-mismatch", f"{shown}/{stage}/{MANIFEST_NAME}",
                                     f"sha256 {manifests[stage]}, but {VERSION_RECORD} pinned {listed[stage]}"))
     return problems
 
@@ -226,62 +276,88 @@ def _check_input_links(store: ArtifactStore, version_dir: Path, manifests: dict[
     problems = []
     for stage in manifests:
         try:
-            inputs = read_sealed((version_dir / stage / MANIFEST_NAME).read_bytes(), stage, "")["inputs"]
-        except (ArtifactError, KeyError):
+            inputs = read_sealed(read_regular(version_dir / stage / MANIFEST_NAME), stage, "")["inputs"]
+        except (ArtifactError, OSError, KeyError):
             continue  # already reported as malformed
         for name, pin in sorted(inputs.items()):
             try:
                 upstream = paths.stage_dir(store.root, pin["model"], pin["version"], pin["stage"]) / MANIFEST_NAME
-            except ArtifactError:
-                upstream = None  # a pin naming no valid stage can only be broken
-            actual = sha256_bytes(upstream.read_bytes()) if upstream is not None and upstream.is_file() else None
+                actual = sha256_bytes(read_regular(upstream))
+            except (ArtifactError, OSError):
+                actual = None  # a pin naming no valid stage, or a manifest gone or not a plain file
             if actual != pin["manifest_sha256"]:
-                problems.append(Problem("broken-input", f"{_rel(store, version_dir)}/{stage}",
+                problems.append(Problem("broken-input", f"{rel(store.root, version_dir)}/{stage}",
                                         f"input {name!r} ({pin['version']}/{pin['stage']}) "
                                         f"{'is missing' if actual is None else 'changed since this stage read it'}"))
     return problems
 
 
 def _check_audit_log(store: ArtifactStore, model: str) -> list[Problem]:
+    path = store.root / model / AUDIT_FILE  # a regular file: the caller checked with lstat
+    shown = f"{model}/{AUDIT_FILE}"
+    problems = []
+    start = torn_tail(path)
+    if start is not None:
+        size = os.lstat(path).st_size
+        problems.append(Problem("torn-audit-line", shown,
+                                f"its last {size - start} byte(s) (from offset {start}) are a line cut off without "
+                                "its newline by a crash or a full disk; that move was never committed: "
+                                "`fsck --repair` cuts it off", repairable=True))
     try:
         store.audit_log(model)
     except ArtifactError as exc:
-        return [Problem("malformed-audit-log", f"{model}/{AUDIT_FILE}", str(exc))]
-    return []
+        problems.append(Problem("malformed-audit-log", shown, str(exc)))
+    return problems
 
 
 def _check_aliases(store: ArtifactStore, model: str) -> list[Problem]:
-    folder = store.root / model / ALIASES_DIR
-    if not folder.is_dir():
-        return []
-    problems = []
-    for entry in sorted(folder.iterdir()):
+    root = store.root
+    entries, problems = split_lock_files(root, scan(root / model / ALIASES_DIR))
+    moves = None
+    for entry in entries:
         if entry.name.startswith(".") and entry.name.endswith(TEMP_SUFFIX):
-            problems += _orphan(store, entry, "orphan-temp")
-        elif entry.suffix == ".json" and NAME_PATTERN.fullmatch(entry.stem) and ".." not in entry.stem:
-            problems += _check_alias(store, model, entry)
+            problems += [special(root, entry)] if entry.is_special else orphan(root, entry.path, "orphan-temp")
+        elif entry.path.suffix == ".json" and NAME_PATTERN.fullmatch(entry.path.stem) and ".." not in entry.path.stem:
+            if entry.is_special or entry.is_dir:
+                problems.append(special(root, entry) if entry.is_special else
+                                Problem("malformed-alias", rel(root, entry.path), "a folder, not an alias file"))
+                continue
+            if moves is None:
+                audit = root / model / AUDIT_FILE
+                moves = committed_moves(audit, root) if stat.S_ISREG(lstat_mode(audit) or 0) else []
+            problems += _check_alias(store, model, entry.path, moves)
+        elif entry.is_special:
+            problems.append(special(root, entry))
         # Anything else (the lock file, logs other features keep) is not the alias files' business.
     return problems
 
 
-def _check_alias(store: ArtifactStore, model: str, path: Path) -> list[Problem]:
-    shown = _rel(store, path)
+def _check_alias(store: ArtifactStore, model: str, path: Path, moves: list[dict]) -> list[Problem]:
+    shown = rel(store.root, path)
     try:
-        version = store.alias(model, path.stem)
+        version = current_target(path, store.root, moves)[0]  # read only: fsck finishes no move
     except ArtifactError as exc:
         return [Problem("malformed-alias", shown, str(exc))]
     folder = store.root / model / VERSIONS_DIR / version
-    if not folder.is_dir():
+    if not stat.S_ISDIR(lstat_mode(folder) or 0):
         return [Problem("dangling-alias", shown, f"points at {version}, which does not exist; "
                         "point it at an existing version")]
     record_path = folder / VERSION_RECORD
-    if not record_path.is_file():
+    if not stat.S_ISREG(lstat_mode(record_path) or 0):
         return [Problem("dangling-alias", shown, f"points at {version}, which was never finalized")]
+    if path.stem != RELEASE:
+        return []
+    ref = VersionRef(model, version, str(folder))
+    if any(entry.is_special for entry in scan(folder / DECISIONS_DIR)):
+        return []  # a FIFO among the decisions would block the read; it is reported under the version
     try:
-        status = read_sealed(record_path.read_bytes(), shown, "").get("status")
+        status = _read_record(record_path, shown).get("status")
+        verify_finalized_version(store.root, ref)
+        read_decisions(folder, store.root)
     except ArtifactError:
-        return []  # the record itself is reported under the version
-    if path.stem == RELEASE and status != "passed":
-        return [Problem("release-not-passed", shown, f"points at {version}, whose status is {status!r}, not 'passed'")]
-    return []
-
+        return []  # the damage is reported under the version itself, once
+    passed, why = effective_verdict(store.root, ref)  # the newest decision, else the run's own record
+    if passed:
+        return []
+    unlike = f"whose status is {status!r}" + (", not 'passed'" if status != "passed" else "")
+    return [Problem("release-not-passed", shown, f"points at {version}, {unlike}; {why}")]

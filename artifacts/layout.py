@@ -8,6 +8,8 @@
     <root>/<model>/versions/v1/decisions/0001.json              later gate decisions, write-once
     <root>/<model>/aliases/<alias>.json                         e.g. latest, release
     <root>/<model>/audit.jsonl                                  every alias move, appended
+    <root>/<model>/next_version                                 the next version number, never reused
+    <root>/<model>/versions/v1/.lock, .<entry>.lock             lock files of live writers (locks.py)
 
 This module imports nothing from the package, so every other module (names.py included) can
 import the spellings from here without an import cycle.
@@ -21,6 +23,8 @@ RUN_LOG_FILE = "run.log"
 CHECKPOINTS_DIR = "checkpoints"
 DECISIONS_DIR = "decisions"
 AUDIT_FILE = "audit.jsonl"
+# The counter that keeps version numbers from being reused after a version folder is deleted.
+NEXT_VERSION_FILE = "next_version"
 
 # The aliases the pipeline moves: "latest" follows every finished run, "release" only runs the
 # gate passed (fsck reports a "release" that points at anything else).

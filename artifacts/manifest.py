@@ -6,14 +6,13 @@ target folder and renamed into place, so a reader sees either nothing or the who
 """
 
 import errno
-import fcntl
 import hashlib
 import importlib.metadata
 import json
 import math
 import os
+import secrets
 import stat
-import tempfile
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
@@ -132,20 +131,60 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def sha256_file(path: Path, fsync: bool = False) -> tuple[str, int]:
-    """Hex sha256 and size in bytes of the file at `path`, read in chunks.
+    """Hex sha256 and size in bytes of the regular file at `path`, read in chunks.
 
     With `fsync`, the file is also flushed to disk, which lets one read both hash and
     persist a file that a stage wrote without syncing.
+
+    Raises:
+        OSError: `path` is a symlink (ELOOP) or not a regular file (EINVAL): never followed or opened.
     """
     digest = hashlib.sha256()
     size = 0
-    with open(path, "rb") as file:
+    fd = open_regular(path)
+    with open(fd, "rb") as file:
         while chunk := file.read(_CHUNK_BYTES):
             digest.update(chunk)
             size += len(chunk)
         if fsync:
             os.fsync(file.fileno())
     return digest.hexdigest(), size
+
+
+def open_regular(path: Path) -> int:
+    """A read-only fd of the regular file `path`, never through a symlink and never blocking.
+
+    O_NONBLOCK makes opening a FIFO return at once instead of waiting for a writer; the fstat
+    then refuses it, so a planted FIFO, socket or device is never read.
+
+    Raises:
+        OSError: ELOOP for a symlink, EINVAL for anything but a regular file, or the open's error.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, f"not a regular file ({entry_kind(os.fstat(fd).st_mode)})", str(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of the regular file `path`; see open_regular for what is refused."""
+    with open(open_regular(path), "rb") as file:
+        return file.read()
+
+
+def entry_kind(mode: int) -> str:
+    """What a st_mode (from lstat) is, in words: "a regular file", "a folder", "a symlink", "a FIFO", ..."""
+    for test, words in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symlink"),
+                        (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"),
+                        (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return words
+    return "not a regular file"
 
 
 def list_entries(folder: Path) -> list[str]:
@@ -181,38 +220,61 @@ def make_read_only(path: Path) -> None:
 
 
 def fsync_dir(path: Path) -> None:
-    """Flush a folder's entries, so a rename into it survives a crash."""
-    fd = os.open(path, os.O_RDONLY)
+    """Flush a folder's entries, so a create, rename or unlink in it survives a power cut.
+
+    Every folder the store creates, renames into or appends a new file to is flushed through
+    here (the file's own fsync does not persist its name).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
+def make_dir(path: Path) -> bool:
+    """Create the folder `path` if missing (parents too) and flush each new name; whether it was created."""
+    if path.is_dir():
+        return False
+    if not path.parent.is_dir():
+        make_dir(path.parent)
+    try:
+        path.mkdir()
+    except FileExistsError:
+        return False  # a concurrent process made it (and flushes it)
+    fsync_dir(path.parent)
+    return True
+
+
 TEMP_SUFFIX = ".tmp"
 
 
-def _write_temp(target: Path, data: bytes, mode: int) -> tuple[Path, int]:
-    """A flushed temporary copy of `data` next to `target`, and an fd holding its flock.
+def _write_temp(target: Path, data: bytes, mode: int) -> tuple[Path, "locks.Held"]:
+    """A flushed temporary copy of `data` next to `target`, and the lock that guards it.
 
-    The lock, held until the caller publishes the file, tells fsck the file is in use; a
-    temporary file without it was left by a crash.
+    The temporary file is created under its lock (locks.create_file), held until the caller
+    publishes the file: fsck calls a temporary file nobody holds a crash's leftover.
     """
     # Same folder as the target: a rename is only atomic within one filesystem.
-    fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent)
-    temp = Path(temp_name)
+    while True:
+        temp = target.parent / f".{target.name}.{secrets.token_hex(6)}{TEMP_SUFFIX}"
+        try:
+            held, fd = locks.create_file(temp)
+            break
+        except FileExistsError:
+            continue  # another writer drew the same name: draw again
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        remaining = memoryview(data)
-        while remaining:
-            remaining = remaining[os.write(fd, remaining):]
+        with open(fd, "wb", closefd=False) as file:
+            file.write(data)
         os.fsync(fd)
         os.chmod(temp, mode)
     except BaseException:
         temp.unlink(missing_ok=True)
-        os.close(fd)
+        locks.release(held)
         raise
-    return temp, fd
+    finally:
+        os.close(fd)
+    return temp, held
 
 
 def write_new_file(target: Path, data: bytes) -> None:
@@ -221,27 +283,27 @@ def write_new_file(target: Path, data: bytes) -> None:
     Raises:
         FileExistsError: `target` already exists; it is left untouched.
     """
-    temp, fd = _write_temp(target, data, 0o444)
+    temp, held = _write_temp(target, data, 0o444)
     try:
         # os.link refuses an existing target in the same step that publishes the file, so two
         # writers can never both win, which an exists-check before os.replace cannot promise.
         os.link(temp, target)
     finally:
         temp.unlink(missing_ok=True)
-        locks.release(fd)
+        locks.release(held)
     fsync_dir(target.parent)
 
 
 def replace_file(target: Path, data: bytes) -> None:
     """Atomically write `data` to `target`, replacing any previous content in one step."""
-    temp, fd = _write_temp(target, data, 0o644)
+    temp, held = _write_temp(target, data, 0o644)
     try:
         os.replace(temp, target)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
     finally:
-        locks.release(fd)
+        locks.release(held)
     fsync_dir(target.parent)
 
 

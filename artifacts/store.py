@@ -10,25 +10,30 @@ hands the work to the module that owns it:
     releases.py              alias moves (audited) and later gate decisions
     run_log.py               the run's append-only log
 
-Writers hold an flock on whatever they are building (staging folders, temporary files, the
-version folder of a running flow), so `fsck` can tell a live writer from a crash's leftovers.
+Writers hold a lock on whatever they build (see locks.py), so `fsck` tells a live writer from a crash's leftover.
 
 Versions and stages only ever appear by an atomic mkdir or rename and are never rewritten;
-aliases are the one mutable thing, and each change replaces the whole file in one step and
-appends a line to the model's audit log under the same lock.
+aliases are the one mutable thing: under the model's alias lock each change first appends its
+line to the model's audit log (the commit point), then replaces the whole alias file in one step.
 """
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from . import checkpoints, locks, paths, reading, releases, reuse, run_log, versions
 from .aliases import read_alias
 from .audit import read_log
 from .cache import ContentCache
-from .checkpoints import CheckpointRef, CheckpointWriter, committed_checkpoints, verify_checkpoint_files
-from .decisions import read_decisions
+from .checkpoints import (
+    CheckpointRef,
+    CheckpointWriter,
+    committed_checkpoints,
+    read_checkpoint,
+    verify_checkpoint_files,
+)
+from .decisions import effective_verdict, read_decisions
 from .layout import AUDIT_FILE
 from .lineage import walk_lineage
 from .manifest import to_json_safe
@@ -298,30 +303,43 @@ class ArtifactStore:
         return checkpoints.latest_checkpoint(self._existing(version_ref), stage)
 
     def verify_checkpoint(self, ref: CheckpointRef) -> Path:
-        """Re-hash a checkpoint against `ref` and return its folder; load nothing before this passes.
-
-        Raises:
-            ArtifactCorrupt: the manifest or a file changed, or a file is missing or extra.
-        """
+        """Re-hash a checkpoint (ArtifactCorrupt if changed); its folder. To load one, use read_checkpoint."""
         return verify_checkpoint_files(ref)
 
-    # -- aliases and decisions --------------------------------------------------------------
+    def read_checkpoint(self, ref: CheckpointRef) -> dict[str, bytes]:
+        """Every file of a checkpoint, read once and checked against `ref` (see checkpoints.read_checkpoint)."""
+        return read_checkpoint(ref)
 
+    # -- aliases and decisions --------------------------------------------------------------
     def set_alias(self, model: str, alias: str, version: str, reason: str = "", action: str = "set",
-                  actor: str | None = None) -> str | None:
+                  actor: str | None = None, expected_previous: object = releases.ANY) -> str | None:
         """Point `alias` of `model` at a finalized, intact `version`; return where it pointed before.
 
-        The move is appended to the model's audit log (who, when, from, to, why, action) while
-        the log's lock is held, so concurrent moves are serialized and each line's "from" is true.
+        With `expected_previous` (a version, or None for "never set"), the move is a compare-and-set:
+        it happens only if the alias still points there. The audit line (who, when, from, to, why,
+        action) is written and fsynced before the alias file is replaced, both under the model's alias
+        lock, so concurrent moves are serialized, each line's "from" is true, and a move interrupted
+        between the two steps is finished by the next read (see artifacts/aliases.py).
 
         Raises:
             InvalidName: a name breaks the naming rules.
             ArtifactNotFound: the version does not exist.
+            AliasMoved: the alias does not point at `expected_previous`; nothing moved.
             ArtifactError: the version is not finalized yet, or the store is not writable.
             ArtifactCorrupt: a file of the version no longer matches its manifest.
-            StoreFull: the store ran out of space.
+            StoreFull: the store ran out of space; nothing moved and nothing was logged.
         """
-        return releases.move_alias(self.root, model, alias, version, reason, action, actor)
+        return releases.move_alias(self.root, model, alias, version, reason, action, actor, expected_previous)
+
+    def alias_moves(self, model: str) -> AbstractContextManager[releases.AliasMoves]:
+        """A block holding `model`'s alias lock to read aliases (`current`) and the audit log (`history`),
+        decide, and `move`, atomically. Inside it, move with `moves.move`, not `set_alias`.
+
+        Raises:
+            ArtifactNotFound: the model has no versions.
+            ArtifactError: the lock cannot be taken (an unwritable store).
+        """
+        return releases.alias_moves(self.root, check_model(model))
 
     def alias(self, model: str, alias: str) -> str | None:
         """The version `alias` of `model` points at, or None if the alias was never set.
@@ -337,7 +355,8 @@ class ArtifactStore:
 
         Raises:
             InvalidName: `model` breaks the naming rules.
-            ArtifactCorrupt: a line of the log is not a JSON object.
+            ArtifactCorrupt: a committed line of the log is not a JSON object (a torn last line, which a
+                full disk leaves and which was never committed, is skipped).
         """
         return read_log(paths.model_dir(self.root, model) / AUDIT_FILE, self.root)
 
@@ -353,13 +372,20 @@ class ArtifactStore:
         return releases.record_decision(self.root, self._existing(version_ref), record)
 
     def decisions(self, version_ref: VersionRef) -> list[dict]:
-        """Later gate decisions of a version, oldest first ([] if it was never decided again).
+        """Later gate decisions of a version, oldest first ([] if it was never decided again), each verified.
 
         Raises:
             ArtifactNotFound: the version does not exist.
-            ArtifactCorrupt: a decision file is not valid JSON.
+            ArtifactCorrupt: a decision file is not the sealed record the store wrote (edited, damaged).
         """
         return read_decisions(Path(self._existing(version_ref).path), self.root)
+
+    def release_verdict(self, version_ref: VersionRef) -> tuple[bool, str]:
+        """Whether the version may become `release` (its newest verified decision passed) and why.
+
+        Never raises for damage: anything unverifiable is a refusal, and the reason names it.
+        """
+        return effective_verdict(self.root, self._existing(version_ref))
 
     # -- cache ------------------------------------------------------------------------------
 

@@ -5,10 +5,11 @@ passes both checks holds exactly the bytes that were committed. Callers load pic
 files only after this passes, which is why nothing here deserializes a stage file.
 """
 
+import os
 from pathlib import Path
 
 from .errors import ArtifactCorrupt, ArtifactNotFound
-from .manifest import MANIFEST_NAME, list_entries, read_sealed, sha256_bytes, sha256_file
+from .manifest import MANIFEST_NAME, entry_kind, list_entries, read_regular, read_sealed, sha256_bytes, sha256_file
 from .names import StageRef
 
 REBUILD_HINT = "re-run the pipeline to produce a new version; committed data is never repaired in place"
@@ -24,11 +25,16 @@ def read_pinned_manifest(stage_dir: Path, ref: StageRef, store_root: Path) -> by
     manifest_path = stage_dir / MANIFEST_NAME
     shown = manifest_path.relative_to(store_root).as_posix()
     try:
-        data = manifest_path.read_bytes()
+        data = read_regular(manifest_path)
     except FileNotFoundError as exc:
         raise ArtifactNotFound(
             f"stage {ref.stage!r} of model {ref.model!r} {ref.version} has no manifest at {shown}; "
             "it was never committed or has been deleted"
+        ) from exc
+    except OSError as exc:  # a symlink, FIFO or folder where the manifest was committed
+        raise ArtifactCorrupt(
+            f"{shown} of model {ref.model!r} {ref.version} is not the regular file that was committed "
+            f"({exc.strerror or exc}); {REBUILD_HINT}", kind="malformed-manifest",
         ) from exc
     actual = sha256_bytes(data)
     if actual != ref.manifest_sha256:
@@ -74,8 +80,10 @@ def verify_stage_files(stage_dir: Path, ref: StageRef, manifest_bytes: bytes, st
         )
     for relpath, expected in sorted(listed.items()):
         path = stage_dir / relpath
-        # A symlink could point at matching bytes today and other bytes tomorrow.
-        actual = "a symlink" if path.is_symlink() else f"sha256 {sha256_file(path)[0]}"
+        # lstat first: a symlink could point at matching bytes today and other bytes tomorrow, and
+        # a FIFO planted in a stage would block the read forever; neither is followed or opened.
+        kind = entry_kind(os.lstat(path).st_mode)
+        actual = f"sha256 {sha256_file(path)[0]}" if kind == "a regular file" else kind
         if actual != f"sha256 {expected}":
             raise ArtifactCorrupt(
                 f"{shown(relpath)} of {where} does not match its manifest: expected sha256 {expected}, "

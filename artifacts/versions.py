@@ -4,16 +4,32 @@ A version only ever appears by an atomic mkdir and its record, version.json, is 
 neither is rewritten afterwards.
 """
 
+import errno
+import fcntl
 import os
-import tempfile
+import secrets
+import stat
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from . import locks
 from .aliases import aliases_by_version
 from .errors import ArtifactCorrupt, ArtifactError, ArtifactExists, ArtifactNotFound, StoreNotWritable
-from .layout import VERSION_RECORD
-from .manifest import MANIFEST_NAME, read_sealed, sealed_json, sha256_bytes, to_json_safe, utc_now, write_new_file
+from .layout import NEXT_VERSION_FILE, VERSION_RECORD
+from .manifest import (
+    MANIFEST_NAME,
+    fsync_dir,
+    make_dir,
+    read_sealed,
+    sealed_json,
+    sha256_bytes,
+    to_json_safe,
+    utc_now,
+    write_new_file,
+)
 from .names import NAME_PATTERN, VersionInfo, VersionRef, version_number
-from .paths import aliases_dir, committed_stages, relative, version_dir, version_names, versions_dir
+from .paths import aliases_dir, committed_stages, model_dir, relative, version_dir, version_names, versions_dir
 from .verify import REBUILD_HINT
 from .writer import storage_error
 
@@ -23,10 +39,13 @@ def prepare_root(root: Path) -> Path:
     try:
         if root.exists() and not root.is_dir():
             raise NotADirectoryError(f"{root} exists and is not a folder")
-        root.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=root)
+        make_dir(root)
+        # Created under its lock (never visible unlocked), so a concurrent `fsck --repair` leaves it alone.
+        probe = root / f".write-probe-{secrets.token_hex(6)}"
+        held, fd = locks.create_file(probe)
         os.close(fd)
-        Path(probe).unlink(missing_ok=True)  # a concurrent `fsck --repair` may have taken it already
+        probe.unlink(missing_ok=True)
+        locks.release(held)
     except OSError as exc:
         raise StoreNotWritable(
             f"artifact store {root.absolute()} is not writable ({exc.strerror or exc}); "
@@ -36,25 +55,58 @@ def prepare_root(root: Path) -> Path:
 
 
 def create_version(root: Path, model: str) -> VersionRef:
-    """Allocate the next version of `model`; see ArtifactStore.create_version."""
+    """Allocate the next version of `model`; see ArtifactStore.create_version.
+
+    Numbers are never reused, not even after the newest version folder was deleted by hand: the
+    model's counter file (NEXT_VERSION_FILE) remembers the next free number, and it is read and
+    advanced under its own lock. Each new name is flushed (fsync of its parent folder) before the
+    version is handed out, so a version an alias may later name survives a power cut.
+    """
     folder = versions_dir(root, model)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        number = max(map(version_number, version_names(root, model)), default=0) + 1
-        while True:
-            try:
-                # mkdir either creates the folder or fails, so each process that gets
-                # through owns its number; a loser simply tries the next one.
-                (folder / f"v{number}").mkdir()
-                break
-            except FileExistsError:
-                number += 1
+        make_dir(folder)
+        with _counter(model_dir(root, model) / NEXT_VERSION_FILE) as (counted, advance):
+            number = max(counted, max(map(version_number, version_names(root, model)), default=0) + 1)
+            while True:
+                try:
+                    # mkdir either creates the folder or fails, so each process that gets
+                    # through owns its number; a loser (a store written by older code) tries the next.
+                    (folder / f"v{number}").mkdir()
+                    break
+                except FileExistsError:
+                    number += 1
+            fsync_dir(folder)
+            advance(number + 1)
     except OSError as exc:
         raise StoreNotWritable(
             f"cannot create a new version of model {model!r} under {folder}: "
             f"{exc.strerror or exc}; pass --store DIR or set QUANTGATE_STORE to a writable folder"
         ) from exc
     return VersionRef(model, f"v{number}", str(folder / f"v{number}"))
+
+
+@contextmanager
+def _counter(path: Path) -> Iterator[tuple[int, Callable[[int], None]]]:
+    """The number in the counter file `path` (0 if new or unreadable) and a function that stores the next one.
+
+    The file is its own lock (opened read-write, as NFS needs for an exclusive flock). The number
+    is written in place, padded to a fixed width, so one small write replaces it whole.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "the version counter must be a regular file", str(path))
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        text = os.pread(fd, 64, 0).decode("ascii", errors="replace").strip()
+        counted = int(text) if text.isdigit() else 0  # lost or damaged: the folders still bound it
+
+        def advance(next_number: int) -> None:
+            os.pwrite(fd, f"{next_number:020d}\n".encode("ascii"), 0)
+            os.fsync(fd)
+
+        yield counted, advance
+    finally:
+        os.close(fd)
 
 
 def find_version(root: Path, model: str, version: str) -> VersionRef:

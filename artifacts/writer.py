@@ -111,7 +111,7 @@ class StageWriter:
         self.metrics: dict = {}
         self._input_digest = input_digest
         self._reused_from = reused_from
-        self._lock: int | None = None
+        self._lock: locks.Held | None = None
         self._version = version
         self._stage = stage
         self._config = config
@@ -141,9 +141,9 @@ class StageWriter:
 
     def __enter__(self) -> "StageWriter":
         try:
-            self.dir.mkdir()
-            # Held until commit or clean-up; fsck treats an unlocked staging folder as a crash's leftover.
-            self._lock = locks.hold(self.dir)
+            # Created under its lock, held until commit or clean-up: fsck treats an unlocked
+            # staging folder as a crash's leftover, so it must never be seen without one.
+            self._lock = locks.create_dir(self.dir)
         except OSError as exc:
             raise ArtifactError(
                 f"cannot create the staging folder {self._relative(self.dir)} for {self._label}: "

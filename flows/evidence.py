@@ -40,6 +40,15 @@ def release_baseline(store: ArtifactStore, model: str) -> ReleaseBaseline | None
         version = store.alias(model, RELEASE)
     except ArtifactError as exc:
         return ReleaseBaseline("unknown", None, str(exc))
+    return baseline_of(store, model, version)
+
+
+def baseline_of(store: ArtifactStore, model: str, version: str | None) -> ReleaseBaseline | None:
+    """`version`'s INT8 top-1 as a release baseline, verified (see release_baseline); None for no version.
+
+    Publishing calls this with the `release` it read under the alias lock, to judge the run again
+    when another run moved `release` after this one's gate read it.
+    """
     if version is None:
         return None
     try:

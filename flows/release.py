@@ -6,6 +6,7 @@ Run it with `quantgate run`, as a script, or from a deployment in prefect.yaml.
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict, replace
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -20,8 +21,10 @@ from quantgate.artifacts import (
     StageRef,
     VersionRef,
 )
-from quantgate.config import PipelineConfig
+from quantgate.artifacts.names import version_number
+from quantgate.config import GatePolicy, PipelineConfig
 from quantgate.errors import Rejected
+from quantgate.flows.evidence import baseline_of
 from quantgate.flows.report import publish_report
 from quantgate.flows.tasks import (
     check_calibration_size,
@@ -35,10 +38,12 @@ from quantgate.flows.tasks import (
     report_task,
     train_task,
 )
+from quantgate.flows.trust import check_trusted_factory, running_from_deployment
 from quantgate.settings import resolve_store_root
 from quantgate.stages.data.outputs import FINGERPRINT, PREPROCESSING
-from quantgate.stages.evaluate.outputs import HEADLINE_METRICS
-from quantgate.stages.gate import Criterion
+from quantgate.stages.evaluate.outputs import HEADLINE_METRICS, INT8_TOP1
+from quantgate.stages.gate import Criterion, decide
+from quantgate.stages.gate.outputs import CRITERIA, PASSED, RELEASE_REGRESSION
 from quantgate.stages.quantize.outputs import SEARCH
 from quantgate.stages.train.outputs import AMP, ARCHITECTURE, SCALER
 from quantgate.terminal import RUN_LOGGER
@@ -97,16 +102,57 @@ def record_error(store: ArtifactStore, version: VersionRef, config: PipelineConf
         exc.add_note(f"version {version.model}/{version.version} stays incomplete ({record_failed})")
 
 
+def rejudged(store: ArtifactStore, model: str, record: dict, policy: GatePolicy, release: str | None) -> dict:
+    """`record` with release_regression_pts judged against `release` as it is now, if the gate saw another.
+
+    The gate read `release` long before publishing; another run may have moved it since. A passing
+    run is judged again against the new release; if that fails, the record says "failed", carries
+    the new criterion and says why, and `release` stays where it is.
+    """
+    gate_record = record["gate"]
+    judged = (gate_record.get("release_baseline") or {}).get("version")
+    if record["status"] != "passed" or judged == release:
+        return record
+    baseline = baseline_of(store, model, release)
+    fresh = decide(policy, {INT8_TOP1: record["metrics"].get(INT8_TOP1)}, release=baseline).criteria
+    criterion = next(c for c in fresh if c.name == RELEASE_REGRESSION)
+    note = f"judged again: release moved from {judged or 'none'} to {release or 'none'} after this run's gate read it"
+    criterion = replace(criterion, note=f"{criterion.note}; {note}" if criterion.note else note)
+    criteria = [asdict(criterion) if c.get("name") == RELEASE_REGRESSION else c for c in gate_record[CRITERIA]]
+    passed = all(c.get(PASSED) for c in criteria)
+    gate_record = {**gate_record, CRITERIA: criteria, PASSED: passed,
+                   "release_baseline": None if baseline is None else asdict(baseline), "rejudged": note}
+    return {**record, "gate": gate_record, "status": "passed" if passed else "failed"}
+
+
+def publish_record(store: ArtifactStore, version: VersionRef, record: dict, policy: GatePolicy) -> dict:
+    """Finalize the version with `record` and move `latest` and `release`; return the record as finalized.
+
+    Under the model's alias lock: `release` is read, the record judged again if `release` moved
+    since the gate read it (`rejudged`), the version finalized, `latest` moved unless it already
+    names a newer version, and `release` moved (compare-and-set) only if the record still passes.
+    """
+    with store.alias_moves(version.model) as moves:
+        release_now = moves.current(RELEASE)
+        record = rejudged(store, version.model, record, policy, release_now)
+        store.finalize_version(version, record)
+        latest = moves.current(LATEST)
+        if latest is None or version_number(latest) < version_number(version.version):
+            moves.move(LATEST, version.version, reason=f"run finished: gate {record['status']}")
+        if record["status"] == "passed":
+            moves.move(RELEASE, version.version, reason="gate passed", expected_previous=release_now)
+    return record
+
+
 @task(name="publish", retries=0, cache_policy=NO_CACHE)
 def publish_task(store_root: str, version: VersionRef, config: PipelineConfig, refs: dict[str, StageRef]) -> dict:
-    """Finalize the version, move `latest`, and move `release` only if the gate passed."""
+    """Finalize the version, move `latest` (never backwards), and move `release` only if the gate passed."""
     store = ArtifactStore(store_root)
-    record = version_record(store, config, refs)
-    store.finalize_version(version, record)
-    store.set_alias(version.model, LATEST, version.version, reason=f"run finished: gate {record['status']}")
+    record = publish_record(store, version, version_record(store, config, refs), config.gate)
     if record["status"] == "passed":
-        store.set_alias(version.model, RELEASE, version.version, reason="gate passed")
         get_run_logger().info("release -> %s/%s", version.model, version.version)
+    elif record["gate"].get("rejudged"):
+        get_run_logger().warning("release stays: %s", record["gate"]["rejudged"])
     return record
 
 
@@ -130,7 +176,9 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
     Raises:
         GateFailed: the INT8 model missed the policy; the version is kept, `release` is not moved.
         ArtifactNotFound: `resume` names a version that does not exist or has no checkpoint.
+        UntrustedFactory: a run from a deployment names a `module:factory` the worker does not trust.
     """
+    check_trusted_factory(config.train.architecture, running_from_deployment())  # before anything imports it
     root = str(resolve_store_root(store))
     artifact_store = ArtifactStore(root)
     resume_from = resume_checkpoint(artifact_store, config.model_name, resume)  # before a version exists

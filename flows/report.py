@@ -8,16 +8,7 @@ from pathlib import Path
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from quantgate.artifacts import VersionRef
-from quantgate.stages.evaluate.outputs import (
-    ACCURACY_DELTA,
-    AGREEMENT,
-    FP32_TOP1,
-    INT8_TOP1,
-    LATENCY_P50_FP32,
-    LATENCY_P50_INT8,
-    MODEL_BYTES_FP32,
-    MODEL_BYTES_INT8,
-)
+from quantgate.stages.evaluate import outputs as headline
 from quantgate.stages.report.outputs import REPORT_FILE
 
 # ![alt](file.png): the Prefect UI cannot load files from the store, so images become their paths.
@@ -32,13 +23,15 @@ def artifact_key(model: str, kind: str = "release") -> str:
 def metrics_table(version: VersionRef, record: dict, release: str | None) -> list[dict]:
     metrics = record["metrics"]
     rows = [
-        {"metric": "top-1 accuracy (%)", "fp32": f"{metrics[FP32_TOP1]:.2f}",
-         "int8": f"{metrics[INT8_TOP1]:.2f}", "note": f"delta {metrics[ACCURACY_DELTA]:+.2f} pts"},
-        {"metric": "prediction agreement", "fp32": "", "int8": f"{metrics[AGREEMENT]:.4f}", "note": "INT8 vs FP32"},
-        {"metric": "latency p50 (ms/batch)", "fp32": f"{metrics[LATENCY_P50_FP32]:.3f}",
-         "int8": f"{metrics[LATENCY_P50_INT8]:.3f}", "note": "onnxruntime CPU"},
-        {"metric": "model size (bytes)", "fp32": str(metrics[MODEL_BYTES_FP32]),
-         "int8": str(metrics[MODEL_BYTES_INT8]), "note": ""},
+        {"metric": "top-1 accuracy (%)", "fp32": f"{metrics[headline.FP32_TOP1]:.2f}",
+         "int8": f"{metrics[headline.INT8_TOP1]:.2f}",
+         "note": f"delta {metrics[headline.ACCURACY_DELTA]:+.2f} pts"},
+        {"metric": "prediction agreement", "fp32": "", "int8": f"{metrics[headline.AGREEMENT]:.4f}",
+         "note": "INT8 vs FP32"},
+        {"metric": "latency p50 (ms/batch)", "fp32": f"{metrics[headline.LATENCY_P50_FP32]:.3f}",
+         "int8": f"{metrics[headline.LATENCY_P50_INT8]:.3f}", "note": "onnxruntime CPU"},
+        {"metric": "model size (bytes)", "fp32": str(metrics[headline.MODEL_BYTES_FP32]),
+         "int8": str(metrics[headline.MODEL_BYTES_INT8]), "note": ""},
     ]
     for criterion in record["gate"]["criteria"]:
         measured = "missing" if criterion["measured"] is None else f"{criterion['measured']:.4g}"

@@ -10,6 +10,7 @@ stage of any earlier version is committed from that stage's verified files inste
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +20,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from quantgate.artifacts import ArtifactStore, CheckpointRef, StageRef, VersionRef
+from quantgate.artifacts.cache import ContentCache
 from quantgate.artifacts.reuse import reuse_note
 from quantgate.config import DataConfig, EvaluateConfig, GatePolicy, QuantizeConfig, TrainConfig
 from quantgate.flows.code_version import code_digest
@@ -37,6 +39,7 @@ from quantgate.stages.quantize.outputs import SEARCH
 from quantgate.stages.report import report
 from quantgate.stages.report.outputs import PLOTS, REPORT_FILE
 from quantgate.stages.train import train
+from quantgate.stages.train.checkpoint_state import CheckpointBytes
 from quantgate.stages.train.outputs import (
     AMP,
     ARCHITECTURE,
@@ -133,11 +136,12 @@ def train_task(
 ) -> StageRef:
     """Train under AMP and keep the float32 master weights; checkpoint every epoch, or continue `resume`."""
     store = ArtifactStore(store_root)
-    resume_dir = store.verify_checkpoint(resume) if resume is not None else None  # pickles: verify, then load
+    # Read once and hashed: training loads these very bytes (no pickle in them), never the files again.
+    saved = CheckpointBytes(resume.name, store.read_checkpoint(resume)) if resume is not None else None
 
     def work(dirs: dict[str, Path], out: Path):
         result = train(config, dirs["data"] / SPLITS_FILE, out, checkpoints=checkpoint_sink(store, version, "train"),
-                       resume_from=resume_dir)
+                       resume_from=saved)
         if resume is not None:
             result.metrics["resumed_from"] = {"model": resume.model, "version": resume.version,
                                               "checkpoint": resume.name, "manifest_sha256": resume.manifest_sha256}
@@ -178,6 +182,27 @@ def search_summary(store: ArtifactStore, quantized: StageRef | None) -> dict | N
     return store.read_manifest(quantized)["metrics"].get(SEARCH) if quantized is not None else None
 
 
+class CodeVersionedCache:
+    """The search's calibration and ranking cache, keyed by content *and* the quantize stage's code version:
+    an edit to any module the search runs makes every earlier entry unreachable."""
+
+    def __init__(self, cache: ContentCache, code_sha256: str):
+        self.cache, self.code_sha256 = cache, code_sha256
+
+    def _key(self, digest: str) -> str:
+        return hashlib.sha256(f"{self.code_sha256}\n{digest}".encode()).hexdigest()
+
+    def get(self, digest: str) -> Path | None:
+        return self.cache.get(self._key(digest))
+
+    def fill(self, digest: str):
+        return self.cache.fill(self._key(digest))
+
+
+def search_cache(store: ArtifactStore) -> CodeVersionedCache:
+    return CodeVersionedCache(store.cache("quantize-search"), code_digest("quantize"))
+
+
 @task(name="quantize", **STAGE_TASK)
 def quantize_task(
     store_root: str, version: VersionRef, config: QuantizeConfig, exported: StageRef, data: StageRef,
@@ -199,7 +224,8 @@ def quantize_task(
     ref = run_stage(
         store_root, version, "quantize", stage_config, {"export": exported, "data": data},
         lambda dirs, out: search_quantization(config, policy, evaluate_config, dirs["export"],
-                                              dirs["data"] / SPLITS_FILE, out, cache=store.cache("quantize-search")),
+                                              dirs["data"] / SPLITS_FILE, out,
+                                              cache=search_cache(store) if reuse else None),
         reuse,
     )
     search = search_summary(store, ref)
@@ -238,7 +264,11 @@ def evaluate_task(
 
 @task(name="release-baseline", **STAGE_TASK)
 def release_baseline_task(store_root: str, model: str) -> ReleaseBaseline | None:
-    """The current release's INT8 top-1, verified; None when nothing was released yet."""
+    """The current release's INT8 top-1, verified; None when nothing was released yet.
+
+    Another run may move `release` before this one publishes: publish compares the baseline's
+    version with `release` under the alias lock and judges the regression again if it moved.
+    """
     baseline = release_baseline(ArtifactStore(store_root), model)
     get_run_logger().info("release baseline: %s", baseline or "none yet (regression criterion not applicable)")
     return baseline

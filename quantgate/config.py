@@ -20,12 +20,30 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 ARCHITECTURE_PATTERN = r"^([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:)?[A-Za-z_][A-Za-z0-9_]*$"
 
 
+# A hostile or mistaken config must not turn an error into megabytes of terminal or Prefect log: a
+# message echoes at most ECHO_LIMIT characters of a value and lists PROBLEMS_LISTED problems; a file or
+# --set value may expand (YAML aliases included) to MAX_CONFIG_VALUES values; the schema has a few hundred.
+ECHO_LIMIT, PROBLEMS_LISTED, MAX_CONFIG_VALUES = 200, 50, 10_000
+
+
+def _cut(text: str, limit: int = 5 * ECHO_LIMIT) -> str:
+    """`text` cut to `limit` characters, naming its full length."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
+def shown_value(value: Any) -> str:
+    """`repr(value)` for an error message, cut to ECHO_LIMIT characters."""
+    return _cut(repr(value), ECHO_LIMIT)
+
+
 class ConfigError(BadInput, ValueError):
     """The configuration is invalid; `problems` lists every bad field, not just the first."""
 
     def __init__(self, problems: list[str]):
-        self.problems = list(problems)
-        lines = "\n".join(f"  - {problem}" for problem in self.problems)
+        self.problems = [_cut(str(problem)) for problem in problems]
+        listed = self.problems[:PROBLEMS_LISTED]
+        more = len(self.problems) - len(listed)
+        lines = "\n".join(f"  - {problem}" for problem in listed) + (f"\n  - ... and {more} more" if more else "")
         super().__init__(f"invalid configuration ({len(self.problems)} problem(s)):\n{lines}")
 
 
@@ -299,8 +317,8 @@ def describe_validation_error(error: ValidationError) -> list[str]:
         if item["type"] == "extra_forbidden":
             problems.append(f"{where}: unknown key (check the spelling; see the schema in quantgate/config.py)")
             continue
-        given = item.get("input")
-        problems.append(f"{where}: {item['msg']} (got {given!r})")
+        # A validator's own message may quote the value too (e.g. a long list of means): cut both.
+        problems.append(f"{where}: {_cut(item['msg'], 2 * ECHO_LIMIT)} (got {shown_value(item.get('input'))})")
     return problems
 
 
@@ -320,7 +338,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     """Read a YAML config file into a dict.
 
     Raises:
-        ConfigError: the file is missing, is not valid YAML, or is not a mapping.
+        ConfigError: the file is missing, is not valid YAML, expands too far, or is not a mapping.
     """
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -329,7 +347,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
     try:
         loaded = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError([f"config file {path}: not valid YAML ({exc}); fix the syntax"]) from exc
+        raise ConfigError([f"config file {path}: not valid YAML ({_cut(str(exc))}); fix the syntax"]) from exc
+    check_expansion(loaded, f"config file {path}")
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
@@ -341,19 +360,40 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
     """Apply one `dotted.key=value` override in place; the value is parsed as YAML (so 3, 0.5, true work).
 
     Raises:
-        ConfigError: the assignment has no '=' or walks through a non-mapping.
+        ConfigError: the assignment has no '=', walks through a non-mapping, or its value expands too far.
     """
     key, sep, value = assignment.partition("=")
+    shown = shown_value(assignment)
     if not sep or not key.strip():
-        raise ConfigError([f"override {assignment!r}: expected KEY=VALUE such as train.epochs=3"])
+        raise ConfigError([f"override {shown}: expected KEY=VALUE such as train.epochs=3"])
     parts = key.strip().split(".")
     node = raw
     for part in parts[:-1]:
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError([f"override {assignment!r}: {part!r} is a value, not a section"])
+            raise ConfigError([f"override {shown}: {shown_value(part)} is a value, not a section"])
         node = child
     try:
-        node[parts[-1]] = yaml.safe_load(value)
+        parsed = yaml.safe_load(value)
     except yaml.YAMLError as exc:
-        raise ConfigError([f"override {assignment!r}: value is not valid YAML ({exc})"]) from exc
+        raise ConfigError([f"override {shown}: value is not valid YAML ({_cut(str(exc))})"]) from exc
+    check_expansion(parsed, f"override {shown}")
+    node[parts[-1]] = parsed
+
+
+def check_expansion(loaded: Any, source: str) -> None:
+    """Refuse YAML whose aliases expand it past MAX_CONFIG_VALUES values (an "anchor bomb", or an alias
+    inside itself), which pydantic and error messages would walk in full; counting stops at the limit.
+
+    Raises:
+        ConfigError: naming the source, the limit and the fix.
+    """
+    pending, seen = [loaded], 0
+    while pending:
+        seen += 1
+        if seen > MAX_CONFIG_VALUES:
+            raise ConfigError([f"{source}: expands to more than {MAX_CONFIG_VALUES} values (YAML aliases repeated, "
+                               "nested or inside themselves); a config has a few hundred: write it out, no anchors"])
+        value = pending.pop()
+        if isinstance(value, (dict, list, tuple)):
+            pending.extend(value.items() if isinstance(value, dict) else value)

@@ -115,3 +115,50 @@ def test_yaml_overrides_and_flags_resolve_through_the_one_schema(tmp_path):
     bad = build_parser().parse_args(["run", "--architecture", "resnet18"])  # digits are 1-channel 8x8
     with pytest.raises(ConfigError, match="needs RGB images"):
         resolve_config(bad)
+
+
+# Six lines that expand to 20,000 strings: echoed whole, the error was 1 MB long (one more line: 10 MB).
+ANCHOR_BOMB = """\
+a: &a ["xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"]
+b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]
+c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]
+d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]
+e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]
+train: {epochs: *e}
+"""
+
+
+@pytest.mark.parametrize("text", [ANCHOR_BOMB, "train: &t {amp: {custom_white_list: [*t]}}\n"],
+                         ids=["anchor-bomb", "alias-inside-itself"])
+def test_yaml_that_expands_without_bound_is_refused_in_a_few_lines(tmp_path, text):
+    config = tmp_path / "bomb.yaml"
+    config.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        read_yaml(config)
+    message = str(caught.value)
+    assert f"config file {config}: expands to more than 10000 values" in message and "no anchors" in message
+    assert len(message) < 1000
+
+
+def test_an_override_that_expands_without_bound_is_refused():
+    bomb = "[" + ", ".join(f"&l{i} [" + ", ".join([f"*l{i - 1}"] * 10 if i else ["1"] * 10) + "]"
+                           for i in range(6)) + "]"
+    with pytest.raises(ConfigError, match="expands to more than 10000 values"):
+        apply_override({}, f"train.amp.custom_white_list={bomb}")
+
+
+def test_a_huge_bad_value_is_echoed_cut_to_a_few_hundred_characters():
+    with pytest.raises(ConfigError) as caught:
+        validate_config({"train": {"epochs": "9" * 100_000 + "x", "amp": {"custom_white_list": ["bad op"] * 5000}}})
+    message = str(caught.value)
+    assert "train.epochs: " in message and "… (100003 characters)" in message
+    assert "train.amp.custom_white_list" in message
+    assert len(message) < 2500
+
+
+def test_thousands_of_bad_keys_list_the_first_fifty_and_count_the_rest():
+    with pytest.raises(ConfigError) as caught:
+        validate_config({f"key{i}": 1 for i in range(500)})
+    message = str(caught.value)
+    assert "invalid configuration (500 problem(s))" in message and "... and 450 more" in message
+    assert len(caught.value.problems) == 500 and message.count("unknown key") == 50

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from quantgate.cli.shared import MODEL_FILTER_HELP, add_model_option, add_store_option
-from quantgate.settings import STORE_ENV, resolve_store_root
+from quantgate.cli.shared import MODEL_FILTER_HELP, add_model_option, add_store_option, check_is_store
+from quantgate.settings import resolve_store_root
 
 
 def register(commands) -> None:
@@ -25,19 +25,20 @@ def handle(args: argparse.Namespace) -> int:
     """Print every problem and a one-line count.
 
     Raises:
-        ArtifactNotFound: there is no store folder where --store (or its default) points.
+        NoStore: there is no store where --store (or its default) points (exit 2, as for every bad input).
     """
-    from quantgate.artifacts import ArtifactNotFound, ArtifactStore
+    from quantgate.artifacts import ArtifactStore
     from quantgate.artifacts.fsck import check_store, repair
 
     root = resolve_store_root(args.store)
-    if not root.is_dir():  # fsck looks; it must not create a store where a typo pointed
-        raise ArtifactNotFound(f"no artifact store at {root}; pass --store DIR or set {STORE_ENV}")
+    check_is_store(root)  # fsck looks; it must not create a store where a typo pointed
     store = ArtifactStore(root)
     problems = check_store(store, args.model)
     if args.repair:
+        kinds = {problem.path: problem.kind for problem in problems}
         for path in repair(store, problems):
-            print(f"removed {path}")
+            done = "cut the torn last line of" if kinds[path] == "torn-audit-line" else "removed"
+            print(f"{done} {path}")
         problems = check_store(store, args.model)
     for problem in problems:
         print(problem.describe())

@@ -28,20 +28,23 @@ def register(commands) -> None:
 def handle(args: argparse.Namespace) -> int:
     """Move `release` to the version; exit 0 also when it already points there.
 
+    The verdict is read and `release` moved under the model's alias lock, in one step.
+
     Raises:
         BadTarget: unknown model or version, or one that did not finish.
         Refused: the version's gate did not pass or cannot be verified.
     """
     store, model = store_and_model(args)
     ref = finished_version(store, model, args.version)
-    passed, why = gate_verdict(store, ref)
-    if not passed:
-        raise Refused(f"refusing to promote {model}/{ref.version} to {RELEASE}: {why}. "
-                      f"Promote a version whose gate passed, or decide again with `quantgate gate {ref.version}`")
-    current = store.alias(model, RELEASE)
-    if current == ref.version:
-        print(f"{RELEASE} already points at {model}/{ref.version}; nothing moved")
-        return 0
-    store.set_alias(model, RELEASE, ref.version, reason=args.reason or f"promoted ({why})", action="promote")
+    with store.alias_moves(model) as moves:
+        passed, why = gate_verdict(store, ref)
+        if not passed:
+            raise Refused(f"refusing to promote {model}/{ref.version} to {RELEASE}: {why}. Promote a version "
+                          f"whose gate passed, or decide again with `quantgate gate {ref.version}`; nothing moved")
+        current = moves.current(RELEASE)
+        if current == ref.version:
+            print(f"{RELEASE} already points at {model}/{ref.version}; nothing moved")
+            return 0
+        moves.move(RELEASE, ref.version, reason=args.reason or f"promoted ({why})", action="promote")
     print(f"{RELEASE}: {model}/{current or 'none'} -> {ref.version} ({why})")
     return 0

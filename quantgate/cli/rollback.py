@@ -13,7 +13,7 @@ from quantgate.cli.shared import (
     finished_version,
     store_and_model,
 )
-from quantgate.cli.verdict import Refused, gate_verdict
+from quantgate.cli.verdict import Refused, gate_verdict, release_targets
 
 
 def register(commands) -> None:
@@ -24,43 +24,34 @@ def register(commands) -> None:
     parser.set_defaults(func=handle)
 
 
-def release_targets(entries: list[dict]) -> list[str]:
-    """The stack of release targets the audit log describes: moves push, rollbacks pop."""
-    stack: list[str] = []
-    for entry in entries:
-        if entry.get("alias") != RELEASE:
-            continue
-        if entry.get("action") == "rollback":
-            if stack:
-                stack.pop()
-        elif not stack or stack[-1] != entry.get("to"):
-            stack.append(entry.get("to"))
-    return stack
-
-
 def handle(args: argparse.Namespace) -> int:
     """Move `release` to the target it had before its current one.
+
+    The history is read, the target chosen and `release` moved under the model's alias lock, in
+    one step, so a promotion cannot land in between and be silently undone.
 
     Raises:
         Refused: no release yet, no earlier target, an alias moved outside quantgate, or a target whose
             gate does not pass (any more).
     """
     store, model = store_and_model(args)
-    current = store.alias(model, RELEASE)
-    if current is None:
-        raise Refused(f"{model} has no {RELEASE} yet; there is nothing to roll back")
-    stack = release_targets(store.audit_log(model))
-    if not stack or stack[-1] != current:
-        raise Refused(f"the audit log's latest {RELEASE} of {model} is {stack[-1] if stack else 'none'}, but the alias "
-                      f"points at {current}: it was moved outside quantgate, so the previous target is unknown; "
-                      "use `quantgate promote VERSION`")
-    if len(stack) < 2:
-        raise Refused(f"{RELEASE} of {model} has had no earlier target than {current}; there is nothing to roll back to")
-    target = stack[-2]
-    passed, why = gate_verdict(store, finished_version(store, model, target))
-    if not passed:
-        raise Refused(f"refusing to roll {RELEASE} of {model} back to {target}: {why}. "
-                      "Promote a version whose gate passed with `quantgate promote VERSION`")
-    store.set_alias(model, RELEASE, target, reason=args.reason or f"rollback from {current}", action="rollback")
+    with store.alias_moves(model) as moves:
+        current = moves.current(RELEASE)
+        if current is None:
+            raise Refused(f"{model} has no {RELEASE} yet; there is nothing to roll back")
+        stack = release_targets(moves.history(), RELEASE)
+        if not stack or stack[-1] != current:
+            raise Refused(f"the audit log's latest {RELEASE} of {model} is {stack[-1] if stack else 'none'}, but "
+                          f"the alias points at {current}: it was moved outside quantgate, so the previous target "
+                          "is unknown; use `quantgate promote VERSION`; nothing moved")
+        if len(stack) < 2:
+            raise Refused(f"{RELEASE} of {model} has had no earlier target than {current}; "
+                          "there is nothing to roll back to")
+        target = stack[-2]
+        passed, why = gate_verdict(store, finished_version(store, model, target))
+        if not passed:
+            raise Refused(f"refusing to roll {RELEASE} of {model} back to {target}: {why}. "
+                          f"Promote a version whose gate passed with `quantgate promote VERSION`; nothing moved")
+        moves.move(RELEASE, target, reason=args.reason or f"rollback from {current}", action="rollback")
     print(f"{RELEASE}: {model}/{current} -> {target} (rollback; {why})")
     return 0

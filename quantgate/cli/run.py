@@ -146,18 +146,26 @@ def keep_run_log(store, version, failure: BaseException | None, log_file: Path |
 def check_resume(store, config: PipelineConfig, version: str) -> None:
     """Refuse --resume before a new version exists: unknown version, no checkpoint, or other settings.
 
+    A version whose run was interrupted (no version.json) may be resumed, that being what resume
+    is for; only its committed checkpoints count, and only after their sealed manifest and every
+    byte check out.
+
     Raises:
         ConfigError: the version or its checkpoint cannot continue this run.
-        ArtifactCorrupt: the checkpoint's bytes changed since it was written.
+        ArtifactCorrupt: the checkpoint's manifest is malformed, or its bytes changed since it was written.
     """
     from quantgate.artifacts import ArtifactNotFound, InvalidName
-    from quantgate.stages.train.checkpoint_state import read_state, resume_problems
+    from quantgate.stages.train.checkpoint_state import CheckpointBytes, read_state, resume_problems
+    from quantgate.stages.train.errors import ResumeMismatch
 
     try:
         ref = store.latest_checkpoint(store.version(config.model_name, version), "train")
     except (ArtifactNotFound, InvalidName) as exc:
         raise ConfigError([f"--resume {version}: {exc}"]) from exc
-    problems = resume_problems(read_state(store.verify_checkpoint(ref)), config.train)
+    try:
+        problems = resume_problems(read_state(CheckpointBytes(ref.name, store.read_checkpoint(ref))), config.train)
+    except ResumeMismatch as exc:
+        raise ConfigError([f"--resume {version}: {exc}"]) from exc
     if problems:
         raise ConfigError([f"--resume {version} (checkpoint {ref.name}): {problem}" for problem in problems])
 
@@ -187,20 +195,14 @@ def summary_lines(info, version_path: str, wall_seconds: float) -> list[str]:
 
 def metric_lines(metrics: dict | None) -> list[str]:
     """Top-1 and latency of FP32 vs INT8, as the evaluate stage measured them."""
-    from quantgate.stages.evaluate.outputs import (
-        ACCURACY_DELTA,
-        AGREEMENT,
-        FP32_TOP1,
-        INT8_TOP1,
-        LATENCY_P50_FP32,
-        LATENCY_P50_INT8,
-    )
+    from quantgate.stages.evaluate import outputs as headline
 
     if not metrics:
         return []
-    top1 = (f"  top-1     FP32 {metrics[FP32_TOP1]:.2f} %   INT8 {metrics[INT8_TOP1]:.2f} %   "
-            f"delta {metrics[ACCURACY_DELTA]:+.2f} pts   agreement {metrics[AGREEMENT]:.4f}")
-    latency = (f"  latency   FP32 {metrics[LATENCY_P50_FP32]:.3f} ms   INT8 {metrics[LATENCY_P50_INT8]:.3f} ms"
+    top1 = (f"  top-1     FP32 {metrics[headline.FP32_TOP1]:.2f} %   INT8 {metrics[headline.INT8_TOP1]:.2f} %   "
+            f"delta {metrics[headline.ACCURACY_DELTA]:+.2f} pts   agreement {metrics[headline.AGREEMENT]:.4f}")
+    latency = (f"  latency   FP32 {metrics[headline.LATENCY_P50_FP32]:.3f} ms   "
+               f"INT8 {metrics[headline.LATENCY_P50_INT8]:.3f} ms"
                "   (onnxruntime, median per batch)")
     return [top1, latency]
 

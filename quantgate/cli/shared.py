@@ -2,13 +2,15 @@
 
 Commands add options with the `add_*` helpers so a flag keeps one name, one destination and one
 help text everywhere; `open_store`, `store_and_model` and `finished_version` turn the options into
-store objects and raise `BadTarget` (exit 2) with the fix when they name nothing usable.
+store objects and raise `NoStore` or `BadTarget` (exit 2) with the fix when they name nothing usable.
+Only `quantgate run` creates a store; every other command refuses a path that holds none.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from quantgate.errors import BadInput, QuantgateError
 from quantgate.settings import STORE_ENV, resolve_store_root
@@ -47,11 +49,46 @@ def add_reason_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reason", default="", help=REASON_HELP)
 
 
+class NoStore(BadInput):
+    """`--store` (or its default) names no artifact store; a command that only reads or moves creates none."""
+
+
 def open_store(args: argparse.Namespace):
-    """The ArtifactStore that `--store` (or its defaults) names."""
+    """The existing ArtifactStore that `--store` (or its defaults) names; only `quantgate run` creates one.
+
+    Raises:
+        NoStore: the folder is missing, or holds things but no model's versions (a mistyped path).
+    """
     from quantgate.artifacts import ArtifactStore  # not at import time: `quantgate run` validates its config first
 
-    return ArtifactStore(resolve_store_root(args.store))
+    root = resolve_store_root(args.store)
+    check_is_store(root)
+    return ArtifactStore(root)
+
+
+def check_is_store(root: Path) -> None:
+    """Refuse a path that is not a store, before ArtifactStore() would create it (a typo must create nothing).
+
+    A store is a folder that is empty (made, nothing run yet) or holds `<model>/versions/` folders
+    or the search cache; anything else (a home folder, a dataset) is a path that was meant elsewhere.
+
+    Raises:
+        NoStore: naming the path and the fix.
+    """
+    fix = f"pass --store DIR naming the folder `quantgate run` stored its versions in, or set {STORE_ENV}"
+    if not root.is_dir():
+        what = "is not a folder" if root.exists() else "does not exist"
+        raise NoStore(f"no artifact store at {root}: the path {what}; {fix}. Nothing was created")
+    # The store's own reading of its layout, read-only: ArtifactStore() itself would create the folder.
+    from quantgate.artifacts.cache import CACHE_DIR
+    from quantgate.artifacts.versions import model_names
+
+    # A crashed ArtifactStore() may leave its writability probe behind (fsck removes it); it proves nothing.
+    entries = sorted(entry.name for entry in root.iterdir() if not entry.name.startswith(".write-probe-"))
+    if not entries or CACHE_DIR in entries or model_names(root):
+        return
+    shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+    raise NoStore(f"{root} is not an artifact store: it holds {shown} but no model's versions; {fix}")
 
 
 def store_and_model(args: argparse.Namespace):

@@ -1,6 +1,8 @@
-"""Whether a stored version may become `release`: its newest gate decision, verified; and `Refused`.
+"""What `promote` and `rollback` share: `Refused`, and reading the release history from the audit log.
 
-`promote` and `rollback` both move `release`, and both only to a version this says passed.
+Both move `release`, and both only to a version whose newest verified decision passed
+(`ArtifactStore.release_verdict`, the rule fsck applies too). Each decides and moves inside one
+`store.alias_moves(model)` block, so no other move can land between what it read and what it moves.
 """
 
 from __future__ import annotations
@@ -12,28 +14,20 @@ class Refused(Rejected):
     """An alias move was refused because the target's gate did not pass (or cannot be trusted)."""
 
 
-def gate_verdict(store, ref) -> tuple[bool, str]:
-    """Whether the version's newest decision passed, and what it was; fails closed on anything unverifiable."""
-    from quantgate.artifacts import ArtifactError
-    from quantgate.flows.evidence import gate_evidence
-    from quantgate.stages.gate.outputs import CRITERIA, PASSED
+def release_targets(entries: list[dict], alias: str) -> list[str]:
+    """The stack of `alias` targets the audit log describes: moves push, rollbacks pop."""
+    stack: list[str] = []
+    for entry in entries:
+        if entry.get("alias") != alias:
+            continue
+        if entry.get("action") == "rollback":
+            if stack:
+                stack.pop()
+        elif not stack or stack[-1] != entry.get("to"):
+            stack.append(entry.get("to"))
+    return stack
 
-    try:
-        evaluated = store.finalized_stage_ref(ref, "evaluate")
-        _, _, stale = gate_evidence(store, evaluated)
-        if stale:
-            return False, "its evaluation cannot be trusted: " + "; ".join(stale)
-        decisions = store.decisions(ref)
-        if decisions:
-            last = decisions[-1]
-            if last.get("evaluate_manifest_sha256") != evaluated.manifest_sha256:
-                return False, f"decision {last.get('decision')} judged another evaluation than the stored one"
-            gate_record, source = last.get("gate", {}), f"decision {last.get('decision')} (quantgate gate)"
-        else:
-            gate_record = store.read_manifest(store.finalized_stage_ref(ref, "gate"))["metrics"]
-            source = "the run's gate"
-    except ArtifactError as exc:
-        return False, f"its gate record cannot be read or verified: {exc}"
-    failed = [c["name"] for c in gate_record.get(CRITERIA, []) if not c.get("passed")]
-    passed = gate_record.get(PASSED) is True and not failed
-    return passed, f"{source}: {'passed' if passed else 'failed ' + ', '.join(failed or ['(no verdict)'])}"
+
+def gate_verdict(store, ref) -> tuple[bool, str]:
+    """Whether the version's newest verified decision passed, and what it was; fails closed."""
+    return store.release_verdict(ref)

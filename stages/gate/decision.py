@@ -16,7 +16,7 @@ import numpy as np
 from scipy.stats import bootstrap
 
 from quantgate.config import GatePolicy
-from quantgate.stages.gate.outputs import GATE_FILE
+from quantgate.stages.gate.outputs import GATE_FILE, RELEASE_REGRESSION
 
 CONFIDENCE = 0.95
 PASS, FAIL, NOT_APPLICABLE = "pass", "fail", "not_applicable"
@@ -136,7 +136,7 @@ def paired_bootstrap_delta(labels: np.ndarray, fp32_pred: np.ndarray, int8_pred:
 
 
 def _regression(policy: GatePolicy, int8: float | None, release: ReleaseBaseline | None) -> Criterion:
-    name, unit, limit = "release_regression_pts", "pts", policy.max_release_regression
+    name, unit, limit = RELEASE_REGRESSION, "pts", policy.max_release_regression
     if release is None:
         return _not_applicable(name, limit, "<=", unit, "no release version yet, nothing to compare with")
     if release.int8_top1_pct is None or not math.isfinite(release.int8_top1_pct):

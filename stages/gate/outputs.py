@@ -6,6 +6,7 @@ GATE_FILE = "gate.json"
 
 PASSED = "passed"
 CRITERIA = "criteria"
+RELEASE_REGRESSION = "release_regression_pts"  # the criterion publish re-judges if `release` moved meanwhile
 
 OUTPUTS = StageOutputs(
     stage="gate",

@@ -20,7 +20,12 @@ from quantgate.config import TrainConfig
 from quantgate.stages.data.splits import Splits, load_splits
 from quantgate.stages.shared.progress import Progress
 from quantgate.stages.train import amp
-from quantgate.stages.train.checkpoint_state import file_sha256, load_training_state, save_training_state
+from quantgate.stages.train.checkpoint_state import (
+    CheckpointBytes,
+    file_sha256,
+    load_training_state,
+    save_training_state,
+)
 from quantgate.stages.train.errors import ResumeMismatch, TrainingDiverged
 from quantgate.stages.train.grad_step import BufferSnapshot, StepOutcome, apply_update
 from quantgate.stages.train.models import build_model
@@ -106,19 +111,21 @@ def checkpoint_name(epoch: int) -> str:
 
 
 def train(config: TrainConfig, splits_path: Path, out_dir: Path, checkpoints: CheckpointSink | None = None,
-          resume_from: Path | None = None) -> TrainResult:
+          resume_from: CheckpointBytes | None = None) -> TrainResult:
     """Train `config.architecture` on the train split and write float32 weights (parameters and buffers such as
     BatchNorm statistics), per-step records and reference logits. With `config.nproc` > 1 the training runs
     data-parallel in that many processes (see train_distributed), without per-epoch checkpoints.
 
-    With `checkpoints`, the full training state is saved after every epoch; with `resume_from`
-    (a checkpoint folder whose sha256 the caller has verified), training continues after that
-    checkpoint's epoch and ends with the same weights as an uninterrupted run.
+    With `checkpoints`, the full training state is saved after every epoch (no pickle: .npz, JSON,
+    CSV); with `resume_from` (the bytes of a checkpoint the caller has verified, as read for the
+    check), training continues after that checkpoint's epoch and ends with the same weights as an
+    uninterrupted run.
 
     Raises:
         TrainingDiverged: the loss stayed non-finite for `max_nonfinite_steps` steps, or weights end non-finite.
         TooManySkippedSteps: more steps were skipped for inf/NaN gradients than `amp.max_skipped_ratio` allows.
-        ResumeMismatch: `resume_from` was made with other settings or data, or holds every epoch already.
+        ResumeMismatch: `resume_from` was made with other settings or data, holds every epoch already,
+            or is not a checkpoint this quantgate writes.
         ModelError: the architecture cannot be built.
         DistributedTrainingFailed: a rank failed, or the ranks ended with different weights.
     """
@@ -164,7 +171,7 @@ class _EpochsRun:
     samples_per_second: dict[int, float]  # by step
 
 
-def _set_up(config: TrainConfig, splits_path: Path, resume_from: Path | None) -> _TrainingRun:
+def _set_up(config: TrainConfig, splits_path: Path, resume_from: CheckpointBytes | None) -> _TrainingRun:
     """Seed, build the model, optimizer and loss scaler, and restore `resume_from`'s state if given."""
     splits = load_splits(splits_path)
     splits_sha256 = file_sha256(Path(splits_path))

@@ -107,3 +107,138 @@ def test_lineage_problems_name_an_input_that_changed_after_it_was_read(store, co
     splits.write_bytes(b"other split")
     problems = store.lineage_problems(evaluate)
     assert len(problems) == 1 and "data/splits.npz" in problems[0] and "does not match its manifest" in problems[0]
+
+
+# --- the alias and its audit line commit as one; decisions are trusted only when sealed ---------------
+
+def released_twice(store, commit_stage):
+    """v1, v2 and v3 finished and passed (each with a passing gate stage); release moved v1 -> v2 -> v1."""
+    for _ in range(3):
+        finished_version(store, commit_stage)
+    for target in ("v1", "v2", "v1"):
+        store.set_alias("m", "release", target, reason="setup")
+
+
+_MOVE_UNDER_A_FILE_SIZE_LIMIT = """
+import resource, sys
+from quantgate.artifacts import ArtifactStore
+limit = int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # Python ignores SIGXFSZ: writes fail with EFBIG
+try:
+    ArtifactStore(sys.argv[1]).set_alias("m", "release", "v2", reason="under a file-size limit")
+except Exception as exc:
+    print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+    sys.exit(getattr(exc, "exit_code", 3))
+"""
+
+
+def test_running_out_of_space_in_the_audit_append_moves_nothing_and_says_so(store, commit_stage):
+    released_twice(store, commit_stage)
+    log = store.root / "m" / "audit.jsonl"
+    before = log.read_bytes()
+    limit = len(before) + 40  # room for 40 bytes of the next audit line, and for a whole alias file
+    assert (store.root / "m" / "aliases" / "release.json").stat().st_size < limit
+    moved = subprocess.run([sys.executable, "-c", _MOVE_UNDER_A_FILE_SIZE_LIMIT, str(store.root), str(limit)],
+                           capture_output=True, text=True, timeout=60)
+    print(moved.returncode, moved.stderr.strip().splitlines()[-1], "; release:", store.alias("m", "release"),
+          "; log grew by", log.stat().st_size - len(before), "bytes")
+    assert moved.returncode == 2 and "StoreFull" in moved.stderr and "no alias moved" in moved.stderr
+    assert store.alias("m", "release") == "v1"
+    assert log.read_bytes() == before  # no torn line left behind
+    assert [e["to"] for e in store.audit_log("m")] == ["v1", "v2", "v1"]
+
+
+def test_a_torn_last_audit_line_is_ignored_and_log_and_rollback_still_work(store, commit_stage, capsys):
+    from quantgate.cli import main
+
+    released_twice(store, commit_stage)
+    log = store.root / "m" / "audit.jsonl"
+    with open(log, "ab") as file:
+        file.write(b'{"alias": "release", "from": "v1", "to": "v')  # a full disk tore the line: no newline
+    assert main(["log", "--store", str(store.root)]) == 0
+    assert capsys.readouterr().out.count("release:") == 3
+    assert main(["rollback", "--store", str(store.root)]) == 0
+    assert "release: m/v1 -> v2 (rollback" in capsys.readouterr().out
+    assert store.alias("m", "release") == "v2"
+    assert log.read_bytes().endswith(b"\n")  # the move cut the torn tail off before appending
+    assert [(e["from"], e["to"]) for e in store.audit_log("m")][-1] == ("v1", "v2")
+
+
+_KILLED_BETWEEN_THE_TWO_WRITES = """
+import os, signal, sys
+from quantgate.artifacts import ArtifactStore, releases
+
+steps = []
+
+def dies_on_the_second_step(step):
+    def wrapper(*args, **kwargs):
+        steps.append(step.__name__)
+        if len(steps) == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return step(*args, **kwargs)
+    return wrapper
+
+releases.write_alias = dies_on_the_second_step(releases.write_alias)
+releases.append_line = dies_on_the_second_step(releases.append_line)
+ArtifactStore(sys.argv[1]).set_alias("m", "release", "v2", reason="killed midway")
+"""
+
+
+def test_sigkill_between_the_audit_line_and_the_alias_file_leaves_them_agreeing(store, commit_stage):
+    released_twice(store, commit_stage)
+    killed = subprocess.run([sys.executable, "-c", _KILLED_BETWEEN_THE_TWO_WRITES, str(store.root)], timeout=60)
+    assert killed.returncode == -9
+    last = [e for e in store.audit_log("m") if e["alias"] == "release"][-1]
+    print("release:", store.alias("m", "release"), "; last audit entry:", last["from"], "->", last["to"])
+    assert store.alias("m", "release") == last["to"] == "v2"  # committed in the log, so finished on read
+    store.set_alias("m", "release", "v3", reason="after the crash")
+    entries = [e for e in store.audit_log("m") if e["alias"] == "release"]
+    assert all(entry["from"] == before["to"] for before, entry in zip(entries, entries[1:]))
+    assert store.alias("m", "release") == "v3"
+
+
+def decided_version(store, commit_stage, status: str):
+    """v1 and v2 finished; v2's run recorded `status` and its gate failed int8_top1_pct; release -> v1."""
+    finished_version(store, commit_stage)
+    version = store.create_version("m")
+    data = commit_stage(version, "data", {"splits.npz": b"split"})
+    evaluate = commit_stage(version, "evaluate", {"predictions.npz": b"preds"}, {"int8_top1_pct": 90.0},
+                            inputs={"data": data})
+    failing = {"passed": False, "criteria": [{"name": "int8_top1_pct", "passed": False}]}
+    commit_stage(version, "gate", {"gate.json": b"{}"}, failing, inputs={"evaluate": evaluate})
+    store.finalize_version(version, {"status": status, "gate": failing})
+    store.set_alias("m", "release", "v1")
+    return version, evaluate
+
+
+def test_a_hand_edited_decision_is_refused_and_nothing_moves(store, commit_stage, capsys):
+    from quantgate.cli import main
+
+    version, evaluate = decided_version(store, commit_stage, "failed")
+    failing = {"passed": False, "criteria": [{"name": "int8_top1_pct", "passed": False}]}
+    where = store.record_decision(version, {"gate": failing, "evaluate_manifest_sha256": evaluate.manifest_sha256})
+    decision = store.root / where
+    os.chmod(decision, 0o644)
+    decision.write_bytes(decision.read_bytes().replace(b'"passed": false', b'"passed": true'))  # valid JSON
+    assert json.loads(decision.read_bytes())["gate"]["passed"] is True
+    code = main(["promote", "v2", "--store", str(store.root)])
+    err = capsys.readouterr().err
+    print(code, err.strip()[:200])
+    assert code == 1 and "m/versions/v2/decisions/0001.json changed after it was written" in err
+    assert "quantgate fsck" in err and store.alias("m", "release") == "v1"
+    with pytest.raises(ArtifactCorrupt, match="decisions/0001.json"):
+        store.decisions(version)
+
+
+def test_a_failed_run_passed_by_a_later_decision_is_promoted_and_fsck_agrees(store, commit_stage, capsys):
+    from quantgate.cli import main
+
+    version, evaluate = decided_version(store, commit_stage, "failed")
+    passing = {"passed": True, "criteria": [{"name": "int8_top1_pct", "passed": True}]}
+    store.record_decision(version, {"gate": passing, "evaluate_manifest_sha256": evaluate.manifest_sha256})
+    assert main(["promote", "v2", "--store", str(store.root)]) == 0
+    assert store.alias("m", "release") == "v2"
+    code = main(["fsck", "--store", str(store.root)])
+    out = capsys.readouterr().out
+    print("fsck exit", code, [line for line in out.splitlines() if "release" in line])
+    assert code == 0 and "release-not-passed" not in out

@@ -108,7 +108,7 @@ def test_a_version_nobody_holds_and_without_record_is_reported_as_interrupted(st
 
 
 def test_decisions_and_the_audit_log_are_checked_too(store, finished):
-    store.record_decision(finished, {"passed": True})
+    store.record_decision(finished, {"gate": {"passed": True, "criteria": []}})  # the shape `quantgate gate` writes
     assert check_store(store) == []
     flip(Path(finished.path) / "decisions" / "0001.json", offset=20)
     with open(store.root / "m" / "audit.jsonl", "ab") as log:

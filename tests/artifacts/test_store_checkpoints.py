@@ -1,10 +1,16 @@
 """Per-epoch checkpoints: committed whole or not at all, listed in order, re-hashed before use."""
 
 import errno
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
 
 import pytest
 
 from quantgate.artifacts import ArtifactCorrupt, ArtifactExists, ArtifactNotFound
+from quantgate.artifacts.checkpoints import read_checkpoint
 from quantgate.artifacts.errors import StoreFull
 
 
@@ -63,3 +69,83 @@ def test_a_checkpoint_that_runs_out_of_space_is_store_full_and_leaves_nothing(st
             raise OSError(errno.ENOSPC, "No space left on device")
     assert store.checkpoints(version, "train") == []
     assert not list((store.root / "m" / "versions" / version.version / "checkpoints" / "train").iterdir())
+
+
+def test_epoch_10000_is_newer_than_epoch_9999(store):
+    version = store.create_version("m")
+    write(store, version, "epoch-9999")
+    newest = write(store, version, "epoch-10000", b"newest")
+    assert [ref.name for ref in store.checkpoints(version, "train")] == ["epoch-9999", "epoch-10000"]
+    assert store.latest_checkpoint(version, "train") == newest
+
+
+def test_the_checkpoint_manifest_is_sealed_and_the_bytes_read_are_the_bytes_hashed(store):
+    version = store.create_version("m")
+    ref = write(store, version, "epoch-0001", b"weights")
+    manifest = json.loads((Path(ref.path) / "manifest.json").read_bytes())
+    assert manifest["record_sha256"] and manifest["checkpoint"] == "epoch-0001"
+    assert read_checkpoint(ref) == {"model.pdparams": b"weights"}
+
+
+def unsealed(text: str) -> str:
+    record = {key: value for key, value in json.loads(text).items() if key != "record_sha256"}
+    return json.dumps(record, sort_keys=True, indent=2) + "\n"
+
+
+def rewrite_manifest(ref, data: bytes):
+    path = Path(ref.path) / "manifest.json"
+    path.chmod(0o644)
+    path.write_bytes(data)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda text: text[:-20], r"manifest.json \(the manifest of checkpoint 'epoch-0001' .*\) is not valid JSON"),
+    (lambda text: text.replace('"bytes": 5', '"bytes": 6'), "changed after it was written"),
+    (unsealed, "carries no seal"),  # as an older quantgate wrote them, next to pickles
+])
+def test_a_malformed_or_unsealed_checkpoint_manifest_is_corrupt_and_names_fsck(store, damage, message):
+    version = store.create_version("m")
+    write(store, version, "epoch-0001")
+    text = (Path(store.latest_checkpoint(version, "train").path) / "manifest.json").read_text()
+    rewrite_manifest(store.latest_checkpoint(version, "train"), damage(text).encode())
+    ref = store.latest_checkpoint(version, "train")  # listed after the damage: the pin is of the damaged bytes
+    with pytest.raises(ArtifactCorrupt, match=message) as refused:
+        read_checkpoint(ref)
+    assert "quantgate fsck" in str(refused.value)
+
+
+def test_a_checkpoint_copied_from_another_version_is_refused(store):
+    source = write(store, store.create_version("m"), "epoch-0003")
+    target = store.create_version("m")
+    shutil.copytree(source.path, Path(target.path) / "checkpoints" / "train" / "epoch-0003")
+    copied = store.latest_checkpoint(target, "train")
+    with pytest.raises(ArtifactCorrupt, match="names another checkpoint .*'version': 'v1'"):
+        read_checkpoint(copied)
+
+
+def test_a_checkpoint_file_replaced_by_a_symlink_is_refused(store, tmp_path):
+    version = store.create_version("m")
+    ref = write(store, version, "epoch-0001")
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"state")  # same bytes, same hash: only the link itself is wrong
+    (Path(ref.path) / "model.pdparams").unlink()
+    (Path(ref.path) / "model.pdparams").symlink_to(outside)
+    with pytest.raises(ArtifactCorrupt, match="cannot be read as a regular file"):
+        read_checkpoint(ref)
+
+
+def test_a_checkpoint_file_replaced_by_a_fifo_is_refused_without_waiting(store):
+    version = store.create_version("m")
+    ref = write(store, version, "epoch-0001")
+    fifo = Path(ref.path) / "model.pdparams"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    outcome = []
+    reader = threading.Thread(target=lambda: outcome.append(pytest.raises(ArtifactCorrupt, read_checkpoint, ref)))
+    reader.start()
+    reader.join(5)
+    if reader.is_alive():  # it blocked on the FIFO: give it a writer so the thread can end, then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(5)
+        pytest.fail("reading the checkpoint waited on a FIFO")
+    assert "cannot be read as a regular file" in str(outcome[0].value)

@@ -48,3 +48,20 @@ def test_the_cli_refuses_a_resume_that_cannot_continue(resumed, capsys):
     assert main(["run", "--store", str(root), "--resume", "v7", "--epochs", "3"]) == 2
     assert "--resume v7: model 'digits-cnn' has no version v7" in capsys.readouterr().err
     assert [info.version for info in ArtifactStore(root).versions("digits-cnn")] == ["v1", "v2"]
+
+
+def test_a_malformed_checkpoint_manifest_is_reported_as_corrupt_not_a_traceback(tmp_path, capsys):
+    store = ArtifactStore(tmp_path / "store")
+    version = store.create_version("digits-cnn")  # an interrupted run: no version.json, one checkpoint
+    with store.write_checkpoint(version, "train", "epoch-0001") as writer:
+        (writer.dir / "state.json").write_text("{}")
+    manifest = tmp_path / "store" / "digits-cnn" / "versions" / "v1" / "checkpoints" / "train" / "epoch-0001" \
+        / "manifest.json"
+    manifest.chmod(0o644)
+    manifest.write_bytes(manifest.read_bytes()[:-30])  # cut short, as a crashed editor would leave it
+    assert main(["run", "--store", str(tmp_path / "store"), "--resume", "v1", "--epochs", "2"]) == 3
+    err = capsys.readouterr().err
+    assert f"{manifest} (the manifest of checkpoint 'epoch-0001' of model 'digits-cnn' v1 stage 'train') " \
+           "is not valid JSON" in err
+    assert "run `quantgate fsck`" in err and "Traceback" not in err
+    assert [info.version for info in store.versions("digits-cnn")] == ["v1"]  # nothing new was started

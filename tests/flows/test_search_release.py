@@ -29,3 +29,10 @@ def test_a_searched_release_records_the_search_and_the_gate_checks_it(tmp_path, 
     assert release(config=stricter, store=str(tmp_path)) == "v2"
     again = ArtifactStore(tmp_path).version_record(ArtifactStore(tmp_path).version("digits-cnn", "v2"))["search"]
     assert again["calibrations_from_cache"] == again["trials"] >= 1
+
+    # --no-reuse touches no cache: the search calibrates afresh and adds nothing to the store's cache.
+    cache_entries = sorted(path.name for path in (tmp_path / ".cache" / "quantize-search").iterdir())
+    assert release(config=stricter, store=str(tmp_path), reuse=False) == "v3"
+    fresh = ArtifactStore(tmp_path).version_record(ArtifactStore(tmp_path).version("digits-cnn", "v3"))["search"]
+    assert fresh["calibrations_from_cache"] == 0 and not fresh["ranking_from_cache"]
+    assert sorted(path.name for path in (tmp_path / ".cache" / "quantize-search").iterdir()) == cache_entries

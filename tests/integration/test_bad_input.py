@@ -40,6 +40,10 @@ def new_versions(store: Path, before: set[str]) -> list[dict]:
     ("train: [epochs: 3\n", ["not valid YAML", "fix the syntax"]),
     ("train:\n  epoch: 3\nquantise:\n  algo: KL\n", ["train.epoch: unknown key", "quantise: unknown key",
                                                      "2 problem(s)"]),
+    # An anchor bomb: seven lines, 200,000 strings once expanded; echoed whole it was 9 MB of error text.
+    ("a: &a [xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx, xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx]\n"
+     + "".join(f"{b}: &{b} [{', '.join([f'*{a}'] * 10)}]\n" for a, b in zip("abcde", "bcdef"))
+     + "train: {epochs: *f}\n", ["expands to more than 10000 values", "no anchors"]),
 ])
 def test_bad_config_files_are_refused_before_anything_runs(quantgate_cli, store, nothing_lost, tmp_path,
                                                            yaml_text, expected):
@@ -50,6 +54,7 @@ def test_bad_config_files_are_refused_before_anything_runs(quantgate_cli, store,
     assert result.returncode == 2
     for text in expected:
         assert text in result.stderr
+    assert len(result.stderr) < 2000  # the problem, not the config, is what the user reads
     assert set(os.listdir(versions_dir(store))) == before
 
 

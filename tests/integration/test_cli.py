@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -85,4 +86,35 @@ def test_an_unforeseen_error_exits_3_never_1(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(cli.versions, "handle", broken)
     assert cli.main(["versions", "--store", str(tmp_path / "store")]) == 3
     err = capsys.readouterr().err
-    assert "KeyError: 'something nobody planned for'" in err and "broke with the error above (exit 3)" in err
+    assert "KeyError: 'something nobody planned for'" in err and "Run quantgate fsck" in err
+
+
+def test_an_unforeseen_error_is_one_line_naming_the_file_with_its_traceback(monkeypatch, tmp_path, capsys):
+    def broken(args):
+        raise RuntimeError("disk controller on fire")
+
+    monkeypatch.setattr(cli.versions, "handle", broken)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the system temp folder, private to this test
+    assert cli.main(["versions", "--store", str(tmp_path / "store")]) == 3
+    (line,) = capsys.readouterr().err.splitlines()  # one line, no traceback on the terminal
+    assert line.startswith("quantgate: the command broke (RuntimeError: disk controller on fire); the traceback is in ")
+    assert line.endswith(". Run quantgate fsck to check the store, and report the traceback.")
+    (log,) = tmp_path.glob("quantgate-crash-*.log")
+    assert str(log) in line
+    assert "Traceback (most recent call last)" in log.read_text() and "in broken" in log.read_text()
+
+
+@pytest.mark.parametrize("command", [["versions"], ["log"], ["promote", "v1"], ["rollback"], ["gate", "v1"]])
+def test_commands_other_than_run_create_no_store_at_a_mistyped_path(home, tmp_path, command):
+    typo = tmp_path / "stroe"
+    missing = quantgate(*command, "--store", str(typo), home=home, timeout=120)
+    assert missing.returncode == 2, missing.stderr
+    assert f"no artifact store at {typo}: the path does not exist" in missing.stderr and "--store" in missing.stderr
+    assert not typo.exists()  # nothing created: no folder, no aliases, no audit log
+
+    elsewhere = tmp_path / "dataset"  # a folder that exists but holds no store
+    (elsewhere / "images").mkdir(parents=True)
+    wrong = quantgate(*command, "--store", str(elsewhere), home=home, timeout=120)
+    assert wrong.returncode == 2, wrong.stderr
+    assert f"{elsewhere} is not an artifact store: it holds images" in wrong.stderr
+    assert sorted(os.listdir(elsewhere)) == ["images"] and os.listdir(elsewhere / "images") == []

@@ -270,3 +270,29 @@ def test_a_run_that_skips_the_servers_check_fails_in_the_flow_naming_the_field(s
     assert state.is_failed(), state
     assert "gate.min_agreement" in state.message and "less than or equal to 1" in state.message, state.message
     assert sorted(p.name for p in (server.store / MODEL / "versions").iterdir()) == versions_before
+
+
+def test_a_deployment_run_cannot_import_an_untrusted_factory(server, released, tmp_path):
+    # Whoever may create flow runs names a module that is on the worker's path (here through the run's
+    # PYTHONPATH); the worker trusts no user factories (QUANTGATE_TRUSTED_FACTORIES unset, the default).
+    # Importing the module would write the marker: its absence proves nothing was imported.
+    marker = tmp_path / "imported"
+    (tmp_path / "qg_untrusted_net.py").write_text(f"open({str(marker)!r}, 'w').close()\n"
+                                                 "def net(num_classes):\n    raise RuntimeError('the factory ran')\n")
+    python_path = os.pathsep.join(filter(None, [str(tmp_path), server.env.get("PYTHONPATH")]))
+    config = {**TINY, "train": {**TINY["train"], "architecture": "qg_untrusted_net:net"}}
+    versions_before = sorted(p.name for p in (server.store / MODEL / "versions").iterdir())
+    # The second run also tries to trust the factory itself, through its own job variables.
+    for env in ({"PYTHONPATH": python_path},
+                {"PYTHONPATH": python_path, "QUANTGATE_TRUSTED_FACTORIES": "qg_untrusted_net:*"}):
+        result = prefect(server, "deployment", "run", "release/on-demand", "--params", json.dumps({"config": config}),
+                         "--job-variable", f"env={json.dumps(env)}", "--watch", "--watch-interval", "1",
+                         "--watch-timeout", "300", timeout=360)
+        found = re.search(r"UUID: ([0-9a-f-]{36})", result.stdout)
+        assert found, result.stdout + result.stderr
+        state = flow_run_state(server, UUID(found.group(1)))
+        assert not marker.exists(), f"the untrusted module was imported; the run ended {state.name}: {state.message}"
+        assert state.is_failed(), f"{state}\nworker:\n{tail(server.folder / 'worker.log')}"
+        assert "UntrustedFactory" in state.message and "QUANTGATE_TRUSTED_FACTORIES" in state.message, state.message
+        assert "'qg_untrusted_net:net'" in state.message, state.message
+    assert sorted(p.name for p in (server.store / MODEL / "versions").iterdir()) == versions_before
