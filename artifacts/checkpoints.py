@@ -46,6 +46,9 @@ from .writer import close_staging
 
 CHECKPOINT_HINT = "run `quantgate fsck` to list the damage, and resume from another version or start a fresh run"
 
+# An unsealed manifest as quantgate wrote them before checkpoints held no pickle: never loaded, not damage.
+LEGACY_CHECKPOINT = "legacy-checkpoint"
+
 
 @dataclass(frozen=True)
 class CheckpointRef:
@@ -214,7 +217,7 @@ def _listed_files(record: dict, ref: CheckpointRef, where: str, hint: str) -> di
     """The manifest's relative path -> sha256, after checking it is a sealed manifest of this checkpoint."""
     if SEAL_KEY not in record:
         raise ArtifactCorrupt(f"the manifest of {where} carries no seal: it was written by an older quantgate, "
-                              f"whose checkpoints held pickles, and is never loaded; {hint}")
+                              f"whose checkpoints held pickles, and is never loaded; {hint}", kind=LEGACY_CHECKPOINT)
     owner = {"model": ref.model, "version": ref.version, "stage": ref.stage, "checkpoint": ref.name}
     moved = {key: record.get(key) for key, value in owner.items() if record.get(key) != value}
     if moved:

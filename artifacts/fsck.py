@@ -19,7 +19,7 @@ from . import paths
 from .aliases import committed_moves, current_target
 from .audit import torn_tail, truncate_torn_tail
 from .cache import CACHE_DIR
-from .checkpoints import CheckpointRef, verify_checkpoint_files
+from .checkpoints import LEGACY_CHECKPOINT, CheckpointRef, verify_checkpoint_files
 from .decisions import effective_verdict, read_decisions
 from .errors import ArtifactCorrupt, ArtifactError
 from .fsck_entries import (
@@ -191,6 +191,8 @@ def _check_checkpoints(store: ArtifactStore, model: str, version: str, folder: P
                     ref = CheckpointRef(model, version, stage_dir.name, entry.name, str(entry.path),
                                         sha256_bytes(read_regular(manifest)))
                     verify_checkpoint_files(ref)
+                except ArtifactCorrupt as exc:
+                    problems.append(legacy_or_corrupt(root, entry.path, exc))
                 except (ArtifactError, OSError, ValueError, KeyError, TypeError) as exc:
                     problems.append(Problem("corrupt-checkpoint", rel(root, entry.path), str(exc)))
             else:
@@ -361,3 +363,11 @@ def _check_alias(store: ArtifactStore, model: str, path: Path, moves: list[dict]
         return []
     unlike = f"whose status is {status!r}" + (", not 'passed'" if status != "passed" else "")
     return [Problem("release-not-passed", shown, f"points at {version}, {unlike}; {why}")]
+
+
+def legacy_or_corrupt(root: Path, path: Path, exc: ArtifactCorrupt) -> Problem:
+    """A checkpoint of an older quantgate (pickles, no seal) is a warning: resume refuses it, nothing is damaged."""
+    if exc.kind == LEGACY_CHECKPOINT:
+        return Problem(LEGACY_CHECKPOINT, rel(root, path), "written by a quantgate whose checkpoints held pickles "
+                       "(no seal): `--resume` never loads it; delete the folder to silence this", severity="warning")
+    return Problem("corrupt-checkpoint", rel(root, path), str(exc))

@@ -149,3 +149,16 @@ def test_a_checkpoint_file_replaced_by_a_fifo_is_refused_without_waiting(store):
         reader.join(5)
         pytest.fail("reading the checkpoint waited on a FIFO")
     assert "cannot be read as a regular file" in str(outcome[0].value)
+
+
+def test_a_checkpoint_of_an_older_quantgate_is_a_warning_for_fsck_and_never_loaded(store):
+    from quantgate.artifacts.fsck import check_store
+
+    version = store.create_version("m")
+    write(store, version, "epoch-0001")
+    ref = store.latest_checkpoint(version, "train")
+    rewrite_manifest(ref, unsealed((Path(ref.path) / "manifest.json").read_text()).encode())
+    found = [(problem.severity, problem.kind) for problem in check_store(store) if "checkpoints" in problem.path]
+    assert found == [("warning", "legacy-checkpoint")]  # a store written before stays fsck-clean (exit 0)
+    with pytest.raises(ArtifactCorrupt, match="carries no seal"):
+        read_checkpoint(store.latest_checkpoint(version, "train"))
