@@ -10,6 +10,7 @@ Versions never point into the cache; a stage that uses an entry copies what it k
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -29,13 +30,22 @@ DAMAGED_PREFIX = ".damaged-"
 
 
 class ContentCache:
-    """One kind of cached result (e.g. "ptq-calibration") under `<store>/.cache/<kind>/<digest>/`."""
+    """One kind of cached result (e.g. "ptq-calibration") under `<store>/.cache/<kind>/<digest>/`.
 
-    def __init__(self, store_root: str | os.PathLike, kind: str):
+    `salt` (e.g. the code version of what computes the entries) goes into every entry's name: entries
+    filled under another salt are never returned.
+    """
+
+    def __init__(self, store_root: str | os.PathLike, kind: str, salt: str = ""):
         self.root = Path(store_root) / CACHE_DIR / kind
+        self.salt = salt
+
+    def _name(self, digest: str) -> str:
+        return hashlib.sha256(f"{self.salt}\n{digest}".encode()).hexdigest() if self.salt else digest
 
     def get(self, digest: str) -> Path | None:
         """The entry's folder if it exists and its files hash as recorded; otherwise None."""
+        digest = self._name(digest)
         entry = self.root / digest
         try:
             recorded = json.loads(read_regular(entry / ENTRY_MANIFEST))["files"]
@@ -53,6 +63,7 @@ class ContentCache:
     @contextmanager
     def fill(self, digest: str) -> Iterator[Path]:
         """A staging folder to write the entry into; committed when the block ends without error."""
+        digest = self._name(digest)
         make_dir(self.root)
         while True:
             staging = self.root / f"{STAGING_PREFIX}{digest[:16]}-{uuid.uuid4().hex[:8]}"

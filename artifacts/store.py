@@ -389,9 +389,9 @@ class ArtifactStore:
 
     # -- cache ------------------------------------------------------------------------------
 
-    def cache(self, kind: str) -> ContentCache:
-        """Content-addressed results of one `kind` shared by all versions (see artifacts/cache.py)."""
-        return ContentCache(self.root, check_stage(kind))
+    def cache(self, kind: str, salt: str = "") -> ContentCache:
+        """Content-addressed results of one `kind` shared by all versions, keyed by `salt` too (cache.py)."""
+        return ContentCache(self.root, check_stage(kind), salt)
 
     # -- internals --------------------------------------------------------------------------
 

@@ -10,7 +10,6 @@ stage of any earlier version is committed from that stage's verified files inste
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +19,6 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from quantgate.artifacts import ArtifactStore, CheckpointRef, StageRef, VersionRef
-from quantgate.artifacts.cache import ContentCache
 from quantgate.artifacts.reuse import reuse_note
 from quantgate.config import DataConfig, EvaluateConfig, GatePolicy, QuantizeConfig, TrainConfig
 from quantgate.flows.code_version import code_digest
@@ -182,27 +180,6 @@ def search_summary(store: ArtifactStore, quantized: StageRef | None) -> dict | N
     return store.read_manifest(quantized)["metrics"].get(SEARCH) if quantized is not None else None
 
 
-class CodeVersionedCache:
-    """The search's calibration and ranking cache, keyed by content *and* the quantize stage's code version:
-    an edit to any module the search runs makes every earlier entry unreachable."""
-
-    def __init__(self, cache: ContentCache, code_sha256: str):
-        self.cache, self.code_sha256 = cache, code_sha256
-
-    def _key(self, digest: str) -> str:
-        return hashlib.sha256(f"{self.code_sha256}\n{digest}".encode()).hexdigest()
-
-    def get(self, digest: str) -> Path | None:
-        return self.cache.get(self._key(digest))
-
-    def fill(self, digest: str):
-        return self.cache.fill(self._key(digest))
-
-
-def search_cache(store: ArtifactStore) -> CodeVersionedCache:
-    return CodeVersionedCache(store.cache("quantize-search"), code_digest("quantize"))
-
-
 @task(name="quantize", **STAGE_TASK)
 def quantize_task(
     store_root: str, version: VersionRef, config: QuantizeConfig, exported: StageRef, data: StageRef,
@@ -221,11 +198,12 @@ def quantize_task(
     # The search's verdict depends on the policy it was judged by: it is part of the stage's config.
     stage_config = {**config.model_dump(mode="json"), "policy": policy.model_dump(mode="json"),
                     "evaluate": evaluate_config.model_dump(mode="json")}
+    # Keyed by the code version too (an edit to the search makes earlier entries unreachable); --no-reuse uses none.
+    cache = store.cache("quantize-search", salt=code_digest("quantize")) if reuse else None
     ref = run_stage(
         store_root, version, "quantize", stage_config, {"export": exported, "data": data},
         lambda dirs, out: search_quantization(config, policy, evaluate_config, dirs["export"],
-                                              dirs["data"] / SPLITS_FILE, out,
-                                              cache=search_cache(store) if reuse else None),
+                                              dirs["data"] / SPLITS_FILE, out, cache=cache),
         reuse,
     )
     search = search_summary(store, ref)
