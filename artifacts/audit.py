@@ -23,7 +23,7 @@ from pathlib import Path
 from . import locks
 from .errors import ArtifactCorrupt
 from .layout import ALIASES_DIR
-from .manifest import fsync_dir, make_dir
+from .manifest import fsync_dir, make_dir, write_all
 
 # <model>/aliases/.lock: held while an alias and the audit log are read, decided on and written.
 LOCK_NAME = ".lock"
@@ -84,9 +84,7 @@ def append_line(path: Path, entry: dict) -> int:
             fsync_dir(path.parent)  # the log's name must survive a power cut as well as its lines
         start = os.fstat(fd).st_size
         try:
-            done = 0
-            while done < len(line):  # a file-size limit hit mid-line gives a short write, then EFBIG
-                done += os.write(fd, line[done:])
+            write_all(fd, line)
             os.fsync(fd)
         except BaseException:
             _cut(fd, start)

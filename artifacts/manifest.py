@@ -219,6 +219,13 @@ def make_read_only(path: Path) -> None:
     os.chmod(path, mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data`: a file-size limit hit part-way gives a short write first, then EFBIG (an OSError)."""
+    remaining = memoryview(data)
+    while remaining:
+        remaining = remaining[os.write(fd, remaining):]
+
+
 def fsync_dir(path: Path) -> None:
     """Flush a folder's entries, so a create, rename or unlink in it survives a power cut.
 

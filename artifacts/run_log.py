@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 
 from .errors import ArtifactError, ArtifactNotFound
+from .manifest import write_all
 from .names import VersionRef
 from .writer import storage_error
 
@@ -47,9 +48,7 @@ def append_text(path: Path, ref: VersionRef, text: str, shown: str) -> None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise _not_a_file(label)
-        remaining = memoryview(data)
-        while remaining:
-            remaining = remaining[os.write(fd, remaining):]
+        write_all(fd, data)
         os.fsync(fd)
     except OSError as exc:
         raise storage_error(exc, f"appending to {label}") from exc

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 
-from quantgate.errors import BadInput
+from quantgate.errors import BadInput, clipped
 
 TRUSTED_FACTORIES_ENV = "QUANTGATE_TRUSTED_FACTORIES"
 _MODULE = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
@@ -97,5 +97,4 @@ def _run_job_env() -> dict:
 
 def _shown(text: str, quoted: bool = True, limit: int = 200) -> str:
     """`text` for a message, cut so a hostile parameter cannot flood the log."""
-    shown = repr(text) if quoted else text
-    return shown if len(shown) <= limit else f"{shown[:limit]}… ({len(shown)} characters)"
+    return clipped(repr(text) if quoted else text, limit)

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from quantgate.errors import BadInput
+from quantgate.errors import BadInput, clipped
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 # A paddle.vision.models / built-in name (resnet18), or a user network's `package.module:factory`.
@@ -27,8 +27,8 @@ ECHO_LIMIT, PROBLEMS_LISTED, MAX_CONFIG_VALUES = 200, 50, 10_000
 
 
 def _cut(text: str, limit: int = 5 * ECHO_LIMIT) -> str:
-    """`text` cut to `limit` characters, naming its full length."""
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+    """A message part (a problem line, a parser's error) cut to `limit` characters."""
+    return clipped(text, limit)
 
 
 def shown_value(value: Any) -> str:

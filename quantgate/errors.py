@@ -31,3 +31,9 @@ class Rejected(QuantgateError):
     """The release policy said no: the gate failed, or an alias move it governs was refused (exit 1)."""
 
     exit_code = EXIT_REJECTED
+
+
+def clipped(text: str, limit: int) -> str:
+    """`text` for a message, cut to `limit` characters and naming its full length: a hostile or mistaken
+    value must not turn one error line into megabytes of terminal or Prefect log."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"

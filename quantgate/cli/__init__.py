@@ -19,7 +19,7 @@ import traceback
 
 from quantgate.cli import config, fsck, gate, log, promote, rollback, run, versions
 from quantgate.cli.shared import report_error
-from quantgate.errors import EXIT_BROKE, QuantgateError
+from quantgate.errors import EXIT_BROKE, QuantgateError, clipped
 
 # In the order `quantgate --help` lists them.
 COMMANDS = (run, config, versions, gate, promote, rollback, log, fsck)
@@ -68,7 +68,6 @@ def report_crash(exc: Exception, argv: list[str], verbose: bool = False) -> None
         if not verbose:
             print(details, end="", file=sys.stderr)
         where = f"the traceback is above (it could not be written to a file: {log_failed})"
-    summary = f"{type(exc).__name__}: {exc}"
-    summary = summary if len(summary) <= 300 else f"{summary[:300]}… ({len(summary)} characters)"
+    summary = clipped(f"{type(exc).__name__}: {exc}", 300)
     print(f"quantgate: the command broke ({summary}); {where}. "
           "Run quantgate fsck to check the store, and report the traceback.", file=sys.stderr)

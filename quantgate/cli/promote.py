@@ -13,7 +13,7 @@ from quantgate.cli.shared import (
     finished_version,
     store_and_model,
 )
-from quantgate.cli.verdict import Refused, gate_verdict
+from quantgate.cli.verdict import Refused
 
 
 def register(commands) -> None:
@@ -37,7 +37,7 @@ def handle(args: argparse.Namespace) -> int:
     store, model = store_and_model(args)
     ref = finished_version(store, model, args.version)
     with store.alias_moves(model) as moves:
-        passed, why = gate_verdict(store, ref)
+        passed, why = store.release_verdict(ref)
         if not passed:
             raise Refused(f"refusing to promote {model}/{ref.version} to {RELEASE}: {why}. Promote a version "
                           f"whose gate passed, or decide again with `quantgate gate {ref.version}`; nothing moved")

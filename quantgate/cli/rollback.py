@@ -13,7 +13,7 @@ from quantgate.cli.shared import (
     finished_version,
     store_and_model,
 )
-from quantgate.cli.verdict import Refused, gate_verdict, release_targets
+from quantgate.cli.verdict import Refused, release_targets
 
 
 def register(commands) -> None:
@@ -48,7 +48,7 @@ def handle(args: argparse.Namespace) -> int:
             raise Refused(f"{RELEASE} of {model} has had no earlier target than {current}; "
                           "there is nothing to roll back to")
         target = stack[-2]
-        passed, why = gate_verdict(store, finished_version(store, model, target))
+        passed, why = store.release_verdict(finished_version(store, model, target))
         if not passed:
             raise Refused(f"refusing to roll {RELEASE} of {model} back to {target}: {why}. "
                           f"Promote a version whose gate passed with `quantgate promote VERSION`; nothing moved")

@@ -26,8 +26,3 @@ def release_targets(entries: list[dict], alias: str) -> list[str]:
         elif not stack or stack[-1] != entry.get("to"):
             stack.append(entry.get("to"))
     return stack
-
-
-def gate_verdict(store, ref) -> tuple[bool, str]:
-    """Whether the version's newest verified decision passed, and what it was; fails closed."""
-    return store.release_verdict(ref)
