@@ -23,7 +23,6 @@ from .checkpoints import LEGACY_CHECKPOINT, CheckpointRef, verify_checkpoint_fil
 from .decisions import effective_verdict, read_decisions
 from .errors import ArtifactCorrupt, ArtifactError
 from .fsck_entries import (
-    PROBE_PREFIX,
     Entry,
     Problem,
     check_cache,
@@ -41,6 +40,7 @@ from .layout import (
     CHECKPOINTS_DIR,
     DECISIONS_DIR,
     NEXT_VERSION_FILE,
+    PROBE_PREFIX,
     RELEASE,
     RUN_LOG_FILE,
     VERSION_RECORD,

@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import locks
+from .cache import DAMAGED_PREFIX
+from .layout import PROBE_PREFIX
 from .manifest import TEMP_SUFFIX, entry_kind
 from .writer import STAGING_PREFIX
-
-DAMAGED_PREFIX = ".damaged-"  # spelled in cache.py too, which imports nothing from fsck
-PROBE_PREFIX = ".write-probe-"
 
 
 @dataclass(frozen=True)

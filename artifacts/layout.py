@@ -30,3 +30,6 @@ NEXT_VERSION_FILE = "next_version"
 # gate passed (fsck reports a "release" that points at anything else).
 LATEST = "latest"
 RELEASE = "release"
+
+# `ArtifactStore()` proves a root writable with a file of this prefix (fsck removes one a crash left).
+PROBE_PREFIX = ".write-probe-"

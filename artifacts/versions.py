@@ -15,8 +15,9 @@ from pathlib import Path
 
 from . import locks
 from .aliases import aliases_by_version
+from .cache import CACHE_DIR
 from .errors import ArtifactCorrupt, ArtifactError, ArtifactExists, ArtifactNotFound, StoreNotWritable
-from .layout import NEXT_VERSION_FILE, VERSION_RECORD
+from .layout import NEXT_VERSION_FILE, PROBE_PREFIX, VERSION_RECORD
 from .manifest import (
     MANIFEST_NAME,
     fsync_dir,
@@ -41,7 +42,7 @@ def prepare_root(root: Path) -> Path:
             raise NotADirectoryError(f"{root} exists and is not a folder")
         make_dir(root)
         # Created under its lock (never visible unlocked), so a concurrent `fsck --repair` leaves it alone.
-        probe = root / f".write-probe-{secrets.token_hex(6)}"
+        probe = root / f"{PROBE_PREFIX}{secrets.token_hex(6)}"
         held, fd = locks.create_file(probe)
         os.close(fd)
         probe.unlink(missing_ok=True)
@@ -167,6 +168,13 @@ def model_names(root: Path) -> list[str]:
         entry.name for entry in root.iterdir()
         if NAME_PATTERN.fullmatch(entry.name) and ".." not in entry.name and versions_dir(root, entry.name).is_dir()
     )
+
+
+def foreign_entries(root: Path) -> list[str]:
+    """What in the existing folder `root` shows it is not a store: [] for an empty folder (made, nothing run
+    yet) or one holding a model's versions or the cache; otherwise its entries (a home folder, a dataset)."""
+    entries = sorted(entry.name for entry in root.iterdir() if not entry.name.startswith(PROBE_PREFIX))
+    return [] if not entries or CACHE_DIR in entries or model_names(root) else entries
 
 
 def finalize_version(root: Path, ref: VersionRef, record: dict) -> None:

@@ -79,13 +79,10 @@ def check_is_store(root: Path) -> None:
     if not root.is_dir():
         what = "is not a folder" if root.exists() else "does not exist"
         raise NoStore(f"no artifact store at {root}: the path {what}; {fix}. Nothing was created")
-    # The store's own reading of its layout, read-only: ArtifactStore() itself would create the folder.
-    from quantgate.artifacts.cache import CACHE_DIR
-    from quantgate.artifacts.versions import model_names
+    from quantgate.artifacts.versions import foreign_entries  # the store's reading of its layout, read-only
 
-    # A crashed ArtifactStore() may leave its writability probe behind (fsck removes it); it proves nothing.
-    entries = sorted(entry.name for entry in root.iterdir() if not entry.name.startswith(".write-probe-"))
-    if not entries or CACHE_DIR in entries or model_names(root):
+    entries = foreign_entries(root)
+    if not entries:
         return
     shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
     raise NoStore(f"{root} is not an artifact store: it holds {shown} but no model's versions; {fix}")
