@@ -83,7 +83,7 @@ def handle(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with quiet_terminal(args.verbose) as screen:
         try:
-            version, failure = run_release(config, store_root, args)
+            version, failure = run_release(config, store, store_root, args)
         except BaseException as unforeseen:  # still keep (or name) the log; the CLI prints the traceback
             keep_run_log(store, getattr(unforeseen, "version_ref", None), unforeseen, screen.log_file)
             raise
@@ -99,7 +99,7 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_release(config: PipelineConfig, store_root: Path, args: argparse.Namespace):
+def run_release(config: PipelineConfig, store, store_root: Path, args: argparse.Namespace):
     """Check the Prefect API, then run the release flow: (the new version's ref or None, the error or None).
 
     Raises:
@@ -114,9 +114,7 @@ def run_release(config: PipelineConfig, store_root: Path, args: argparse.Namespa
         name = release(config=config, store=str(store_root), resume=args.resume, reuse=args.reuse)
     except QuantgateError as exc:  # the flow gives the error its version (the gate failed, or a stage broke)
         return getattr(exc, "version_ref", None), exc
-    from quantgate.artifacts import ArtifactStore
-
-    return ArtifactStore(store_root).version(config.model_name, name), None
+    return store.version(config.model_name, name), None
 
 
 def keep_run_log(store, version, failure: BaseException | None, log_file: Path | None) -> Path | None:
