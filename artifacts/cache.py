@@ -27,6 +27,10 @@ CACHE_DIR = ".cache"  # a dot: never a model name, so listings and fsck pass it 
 ENTRY_MANIFEST = "cache-entry.json"
 # A damaged entry is renamed to this prefix by `get`; fsck reports such folders and --repair removes them.
 DAMAGED_PREFIX = ".damaged-"
+# A kind's own bookkeeping next to its entries (e.g. the file-hash state of the data stage): an SQLite
+# database a reader may rebuild at any time, so fsck accepts it (and its journal) without checking it.
+STATE_FILE = ".state.sqlite"
+STATE_FILES = (STATE_FILE, f"{STATE_FILE}-journal")
 
 
 class ContentCache:
@@ -42,6 +46,11 @@ class ContentCache:
 
     def _name(self, digest: str) -> str:
         return hashlib.sha256(f"{self.salt}\n{digest}".encode()).hexdigest() if self.salt else digest
+
+    def state_file(self) -> Path:
+        """The kind's bookkeeping database (STATE_FILE), its folder created; what is in it is the kind's business."""
+        make_dir(self.root)
+        return self.root / STATE_FILE
 
     def get(self, digest: str) -> Path | None:
         """The entry's folder if it exists and its files hash as recorded; otherwise None."""

@@ -162,7 +162,7 @@ def remove_orphan(path: Path) -> bool:
 
 def check_cache(root: Path) -> list[Problem]:
     """The content cache (<store>/.cache/<kind>/<digest>/): orphans, damaged entries and strays."""
-    from .cache import CACHE_DIR, ENTRY_MANIFEST
+    from .cache import CACHE_DIR, ENTRY_MANIFEST, STATE_FILES
     from .manifest import read_regular, sha256_file
 
     problems = []
@@ -176,6 +176,8 @@ def check_cache(root: Path) -> list[Problem]:
         for entry in entries:
             if entry.is_special:
                 problems.append(special(root, entry))
+            elif entry.name in STATE_FILES and not entry.is_dir:
+                continue  # a kind's rebuildable bookkeeping (ContentCache.state_file)
             elif entry.name.startswith(STAGING_PREFIX) and entry.is_dir:
                 problems += orphan(root, entry.path, "orphan-staging")
             elif entry.name.startswith(DAMAGED_PREFIX) and entry.is_dir:

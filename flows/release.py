@@ -191,12 +191,13 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
             refs: dict[str, StageRef] = {}
             refs["data"] = data_task(root, version, config.data, reuse)
             check_calibration_size(root, refs["data"], config.quantize)
-            refs["train"] = train_task(root, version, config.train, refs["data"], resume_from, reuse)
-            refs["export"] = export_task(root, version, refs["train"], refs["data"], reuse)
+            workers = config.data.num_workers  # DataLoader processes decoding image files (none for the digits)
+            refs["train"] = train_task(root, version, config.train, refs["data"], resume_from, reuse, workers)
+            refs["export"] = export_task(root, version, refs["train"], refs["data"], reuse, workers)
             refs["quantize"] = quantize_task(root, version, config.quantize, refs["export"], refs["data"], reuse,
-                                             config.gate, config.evaluate)
+                                             config.gate, config.evaluate, workers)
             refs["convert"] = convert_task(root, version, refs["export"], refs["quantize"], reuse)
-            refs["evaluate"] = evaluate_task(root, version, config.evaluate, refs["convert"], refs["data"])
+            refs["evaluate"] = evaluate_task(root, version, config.evaluate, refs["convert"], refs["data"], workers)
             baseline = release_baseline_task(root, config.model_name)
             refs["gate"] = gate_task(root, version, config.gate, refs["evaluate"], baseline, refs["quantize"])
             refs["report"] = report_task(root, version, refs["train"], refs["evaluate"], refs["gate"],

@@ -26,8 +26,8 @@ from quantgate.flows.evidence import gate_evidence, release_baseline
 from quantgate.flows.stage_logs import library_output, stage_lines, stage_logs_to_prefect
 from quantgate.stages.convert import convert
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, OPSET, PADDLE2ONNX_INT8_FILE
-from quantgate.stages.data import prepare_data
-from quantgate.stages.data.outputs import SAMPLES_CALIBRATION, SPLITS_FILE
+from quantgate.stages.data import FolderPlan, HashState, plan_image_folders, prepare_data
+from quantgate.stages.data.outputs import SAMPLES_CALIBRATION
 from quantgate.stages.evaluate import evaluate
 from quantgate.stages.export import export
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
@@ -49,6 +49,7 @@ from quantgate.stages.train.outputs import (
 )
 
 STAGE_TASK = {"retries": 0, "cache_policy": NO_CACHE}
+FILE_HASH_STATE = "file-hashes"  # the store's cache kind holding the data stage's file-hash state
 
 
 def stage_environment(stage: str) -> dict:
@@ -64,16 +65,18 @@ def run_stage(
     inputs: dict[str, StageRef],
     work: Callable[[dict[str, Path], Path], object],
     reuse: bool = True,
-    environment: dict | None = None,
+    environment: dict | Callable[[], dict] | None = None,
 ) -> StageRef:
     """Reuse an earlier identical stage, or verify the inputs, run `work(input_dirs, out_dir)` in a
     staging folder and commit it; return the committed stage's ref.
 
-    `environment` adds what else decides the output to the input digest (e.g. a resumed checkpoint).
+    `environment` adds what else decides the output to the input digest (e.g. a resumed checkpoint); a
+    callable is called once the stage's line is shown (e.g. scanning an image folder takes a while).
     """
     store = ArtifactStore(store_root)
-    digest = store.input_digest(stage, config, inputs, {**stage_environment(stage), **(environment or {})})
     with stage_lines(stage) as outcome:
+        extra = environment() if callable(environment) else environment or {}
+        digest = store.input_digest(stage, config, inputs, {**stage_environment(stage), **extra})
         source = store.find_reusable(version.model, stage, digest) if reuse else None
         if source is not None:
             ref = store.reuse_stage(version, stage, config, inputs, source, digest)
@@ -102,12 +105,22 @@ def check_calibration_size(store_root: str, data: StageRef, config: QuantizeConf
 
 @task(name="data", **STAGE_TASK)
 def data_task(store_root: str, version: VersionRef, config: DataConfig, reuse: bool = True) -> StageRef:
-    """Load and split the dataset."""
-    # An image folder lives outside the store and may change under the same path: read it every
-    # time; the split's content then decides whether later stages can be reused.
+    """Split the dataset; an image folder is scanned into a file table first (nothing is stored if it is bad)."""
+    plan: list[FolderPlan] = []
+
+    def scan() -> dict:
+        # An image folder lives outside the store and may change under the same path: it is scanned every
+        # run (hashes of unchanged files come from the store's hash state), and the data stage is reused
+        # only when the scanned table - every file's bytes, size, mtime and place - is the recorded one.
+        if config.dataset != "image_folder":
+            return {}
+        state = HashState(ArtifactStore(store_root).cache(FILE_HASH_STATE).state_file())
+        plan.append(plan_image_folders(config, state))
+        return {"file_table_sha256": plan[0].table_sha256}
+
     return run_stage(
         store_root, version, "data", config.model_dump(mode="json"), {},
-        lambda _, out: prepare_data(config, out), reuse and config.dataset == "digits",
+        lambda _, out: prepare_data(config, out, plan[0] if plan else None), reuse, environment=scan,
     )
 
 
@@ -130,7 +143,7 @@ def checkpoint_sink(store: ArtifactStore, version: VersionRef, stage: str) -> Ca
 @task(name="train", **STAGE_TASK)
 def train_task(
     store_root: str, version: VersionRef, config: TrainConfig, data: StageRef, resume: CheckpointRef | None = None,
-    reuse: bool = True,
+    reuse: bool = True, num_workers: int = 0,
 ) -> StageRef:
     """Train under AMP and keep the float32 master weights; checkpoint every epoch, or continue `resume`."""
     store = ArtifactStore(store_root)
@@ -138,8 +151,8 @@ def train_task(
     saved = CheckpointBytes(resume.name, store.read_checkpoint(resume)) if resume is not None else None
 
     def work(dirs: dict[str, Path], out: Path):
-        result = train(config, dirs["data"] / SPLITS_FILE, out, checkpoints=checkpoint_sink(store, version, "train"),
-                       resume_from=saved)
+        result = train(config, dirs["data"], out, checkpoints=checkpoint_sink(store, version, "train"),
+                       resume_from=saved, num_workers=num_workers)
         if resume is not None:
             result.metrics["resumed_from"] = {"model": resume.model, "version": resume.version,
                                               "checkpoint": resume.name, "manifest_sha256": resume.manifest_sha256}
@@ -162,14 +175,14 @@ def train_task(
 
 @task(name="export", **STAGE_TASK)
 def export_task(store_root: str, version: VersionRef, trained: StageRef, data: StageRef,
-                reuse: bool = True) -> StageRef:
+                reuse: bool = True, num_workers: int = 0) -> StageRef:
     """Save the FP32 inference model and check it against training."""
     architecture = ArtifactStore(store_root).read_manifest(trained)["metrics"][ARCHITECTURE]
     return run_stage(
         store_root, version, "export", {"architecture": architecture}, {"train": trained, "data": data},
         lambda dirs, out: export(
             dirs["train"] / WEIGHTS_FILE, dirs["train"] / REFERENCE_LOGITS_FILE,
-            dirs["data"] / SPLITS_FILE, architecture, out,
+            dirs["data"], architecture, out, num_workers,
         ),
         reuse and not user_code(architecture),
     )
@@ -184,13 +197,15 @@ def search_summary(store: ArtifactStore, quantized: StageRef | None) -> dict | N
 def quantize_task(
     store_root: str, version: VersionRef, config: QuantizeConfig, exported: StageRef, data: StageRef,
     reuse: bool = True, policy: GatePolicy | None = None, evaluate_config: EvaluateConfig | None = None,
+    num_workers: int = 0,
 ) -> StageRef:
     """PaddleSlim post-training INT8 quantization on the calibration split: one recipe ('single'), or
     the accuracy-aware search judged by `policy` on the validation split ('search')."""
     if config.strategy == "single":
         return run_stage(
             store_root, version, "quantize", config.model_dump(mode="json"), {"export": exported, "data": data},
-            lambda dirs, out: quantize(config, dirs["export"], MODEL_FILE, PARAMS_FILE, dirs["data"] / SPLITS_FILE, out),
+            lambda dirs, out: quantize(config, dirs["export"], MODEL_FILE, PARAMS_FILE, dirs["data"], out,
+                                       num_workers=num_workers),
             reuse,
         )
     policy, evaluate_config = policy or GatePolicy(), evaluate_config or EvaluateConfig()
@@ -203,7 +218,7 @@ def quantize_task(
     ref = run_stage(
         store_root, version, "quantize", stage_config, {"export": exported, "data": data},
         lambda dirs, out: search_quantization(config, policy, evaluate_config, dirs["export"],
-                                              dirs["data"] / SPLITS_FILE, out, cache=cache),
+                                              dirs["data"], out, cache=cache, num_workers=num_workers),
         reuse,
     )
     search = search_summary(store, ref)
@@ -228,13 +243,14 @@ def convert_task(store_root: str, version: VersionRef, exported: StageRef, quant
 @task(name="evaluate", **STAGE_TASK)
 def evaluate_task(
     store_root: str, version: VersionRef, config: EvaluateConfig, converted: StageRef, data: StageRef,
+    num_workers: int = 0,
 ) -> StageRef:
     """FP32 vs INT8 in onnxruntime on the test split (never reused: latency belongs to this run's machine)."""
     return run_stage(
         store_root, version, "evaluate", config.model_dump(mode="json"), {"convert": converted, "data": data},
         lambda dirs, out: evaluate(
-            config, dirs["convert"] / FP32_FILE, dirs["convert"] / INT8_FILE, dirs["data"] / SPLITS_FILE, out,
-            paddle2onnx_int8_onnx=dirs["convert"] / PADDLE2ONNX_INT8_FILE,
+            config, dirs["convert"] / FP32_FILE, dirs["convert"] / INT8_FILE, dirs["data"], out,
+            paddle2onnx_int8_onnx=dirs["convert"] / PADDLE2ONNX_INT8_FILE, num_workers=num_workers,
         ),
         reuse=False,
     )

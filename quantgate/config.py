@@ -54,8 +54,8 @@ class Section(BaseModel):
 
 
 class TransformsConfig(Section):
-    """Deterministic pre-processing, applied once in the data stage, so training, calibration and evaluation
-    see the same pixels; recorded in the data manifest as the deployed model's pre-processing."""
+    """Deterministic pre-processing, applied as each image is read, the same for calibration, validation,
+    test and (without `augment`) training; recorded in the data manifest as the deployed model's pre-processing."""
 
     resize: int | tuple[int, int] | None = Field(
         None, description="Resize: one number scales the shorter side to it, [height, width] is exact; null keeps the size."
@@ -87,6 +87,32 @@ class TransformsConfig(Section):
         return self
 
 
+class AugmentConfig(Section):
+    """Random changes to training images only, seeded by (data.seed, epoch, image), so a run is reproducible;
+    calibration, validation and test always see the deterministic `transforms`."""
+
+    crop_scale: tuple[float, float] | None = Field(
+        None, description="Random resized crop: [smallest, largest] share of the image area kept, then resized to "
+        "the transforms' output size; null: no random crop."
+    )
+    horizontal_flip: bool = Field(False, description="Flip half the training images left to right.")
+    rotation_degrees: float = Field(0.0, ge=0, le=180, description="Rotate by a random angle in [-d, d] degrees.")
+    color_jitter: float = Field(
+        0.0, ge=0, le=1, description="Random brightness, contrast and saturation change of up to this share (0: none)."
+    )
+
+    @field_validator("crop_scale")
+    @classmethod
+    def _scale_is_a_range(cls, scale):
+        if scale is not None and not 0 < scale[0] <= scale[1] <= 1:
+            raise ValueError(f"crop_scale needs 0 < smallest <= largest <= 1, got {list(scale)}")
+        return scale
+
+    @property
+    def active(self) -> bool:
+        return self != AugmentConfig()
+
+
 class DataConfig(Section):
     dataset: Literal["digits", "image_folder"] = Field(
         "digits", description="'digits' (built-in 8x8 digits) or 'image_folder' (one sub-folder of images per class)."
@@ -111,13 +137,28 @@ class DataConfig(Section):
         0.1, ge=0, lt=0.5, description="Share of the data held out for the INT8 recipe search (0: none; "
         "quantize.strategy 'search' needs it). Taken from training data; calibration and test are not touched."
     )
+    augment: AugmentConfig = Field(
+        default_factory=AugmentConfig, description="image_folder: random augmentation of training images only."
+    )
+    num_workers: int = Field(
+        2, ge=0, le=64, description="image_folder: DataLoader worker processes decoding images (0: in the main process)."
+    )
+    scan_workers: int = Field(
+        8, ge=1, le=256, description="image_folder: threads hashing and checking image files when the data stage scans."
+    )
+    on_bad_image: Literal["error", "skip"] = Field(
+        "error", description="image_folder: a corrupt or truncated image stops the run ('error') or is left out and "
+        "listed in the data manifest ('skip')."
+    )
 
     @model_validator(mode="after")
     def _paths_match_dataset(self) -> "DataConfig":
         if self.dataset == "image_folder" and not self.path:
             raise ValueError("dataset 'image_folder' needs data.path, the folder with one sub-folder per class")
-        if self.dataset == "digits" and (self.path or self.test_path or self.transforms != TransformsConfig()):
-            raise ValueError("data.path, data.test_path and data.transforms apply to dataset 'image_folder' only")
+        if self.dataset == "digits" and (self.path or self.test_path or self.transforms != TransformsConfig()
+                                         or self.augment.active):
+            raise ValueError("data.path, data.test_path, data.transforms and data.augment apply to dataset "
+                             "'image_folder' only")
         return self
 
 

@@ -49,10 +49,6 @@ class StageDirs:
     evaluate: Path
     results: dict
 
-    @property
-    def splits(self) -> Path:
-        return self.data / "splits.npz"
-
 
 @pytest.fixture(scope="session")
 def stage_dirs(tmp_path_factory) -> StageDirs:
@@ -69,7 +65,7 @@ def stage_dirs(tmp_path_factory) -> StageDirs:
     dirs = {name: root / name for name in ("data", "train", "export", "quantize", "convert", "evaluate")}
     for folder in dirs.values():
         folder.mkdir()
-    splits = dirs["data"] / "splits.npz"
+    splits = dirs["data"]  # the data stage's folder: later stages open it (quantgate.stages.data.open_data)
     results = {
         "data": data.prepare_data(config.data, dirs["data"]),
         "train": train.train(config.train, splits, dirs["train"]),

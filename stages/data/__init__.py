@@ -4,6 +4,7 @@ from quantgate.stages.data.outputs import OUTPUTS as OUTPUTS
 from quantgate.stages.shared.lazy import lazy_exports
 
 __getattr__, __all__ = lazy_exports(__name__, {
-    "DataError": "errors", "DataResult": "splits", "Splits": "splits", "load_splits": "splits",
+    "DataChanged": "reading", "DataError": "errors", "DataResult": "splits", "FolderPlan": "folder_plan",
+    "HashState": "file_hashes", "StoredData": "reading", "open_data": "reading", "plan_image_folders": "folder_plan",
     "prepare_data": "splits",
 })

@@ -1,36 +1,23 @@
 """Image-classification folders (one sub-folder per class, as paddle.vision.datasets.ImageFolder reads them).
 
-Every image is decoded and pre-processed once, here, with the declared deterministic transforms;
-the data stage stores the resulting arrays, so training, calibration and evaluation see the same
-pixels and the manifest says exactly what the deployed model expects as input.
+The files are found here and pre-processed, one at a time, when a stage reads them (`reading.py`),
+with the declared deterministic transforms: training, calibration and evaluation see the same pixels,
+and the manifest says exactly what the deployed model expects as input.
 """
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from paddle.vision.transforms import functional as vision
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from quantgate.config import TransformsConfig
 from quantgate.stages.data.errors import DataError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 PIXEL_MAX = 255.0
-
-
-@dataclass(frozen=True)
-class ImageFolder:
-    """The decoded, pre-processed images of one folder, with what identifies them."""
-
-    images: np.ndarray  # float32 NCHW, normalized
-    labels: np.ndarray  # int64 class indices, by sorted class name
-    classes: tuple[str, ...]
-    files: tuple[str, ...]  # paths relative to the folder, in the order of `images`
-    content_sha256: str  # sha256 over every file's relative path and bytes
 
 
 def find_images(root: Path) -> tuple[tuple[str, ...], list[tuple[Path, int]]]:
@@ -63,16 +50,6 @@ def find_images(root: Path) -> tuple[tuple[str, ...], list[tuple[Path, int]]]:
     return classes, found
 
 
-def _decode(path: Path, color: str) -> Image.Image:
-    """Open and fully decode one image, so a truncated file fails here and not in the middle of training."""
-    try:
-        with Image.open(path) as image:
-            image.load()
-            return image.convert("RGB" if color == "rgb" else "L")
-    except (OSError, SyntaxError, ValueError, UnidentifiedImageError, Image.DecompressionBombError) as exc:
-        raise DataError(f"cannot read image {path}: {exc}; replace or remove the file") from exc
-
-
 def preprocess(image: Image.Image, transforms: TransformsConfig) -> np.ndarray:
     """resize → center crop → scale to [0, 1] → (x - mean) / std, as float32 CHW."""
     if transforms.resize is not None:
@@ -86,37 +63,11 @@ def preprocess(image: Image.Image, transforms: TransformsConfig) -> np.ndarray:
     return (pixels - mean) / std
 
 
-def load_image_folder(root: Path, transforms: TransformsConfig) -> ImageFolder:
-    """Decode and pre-process every image under `root`.
-
-    Raises:
-        DataError: see `find_images`; an image cannot be decoded (the file is named); or the images
-            end up with different sizes (set data.transforms.resize / center_crop).
-    """
-    root = Path(root).expanduser()
-    classes, found = find_images(root)
-    digest = hashlib.sha256()
-    arrays, labels, names = [], [], []
-    for path, label in found:
-        relative = path.relative_to(root).as_posix()
-        digest.update(relative.encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-        arrays.append(preprocess(_decode(path, transforms.color), transforms))
-        labels.append(label)
-        names.append(relative)
-    shapes = sorted({array.shape for array in arrays})
-    if len(shapes) > 1:
-        raise DataError(
-            f"images in {root} have different sizes after pre-processing ({', '.join(map(str, shapes[:4]))}); "
-            "set data.transforms.resize and/or data.transforms.center_crop to give them one size"
-        )
-    return ImageFolder(
-        images=np.stack(arrays).astype(np.float32),
-        labels=np.asarray(labels, dtype=np.int64),
-        classes=classes,
-        files=tuple(names),
-        content_sha256=digest.hexdigest(),
-    )
+def output_shape(width: int, height: int, transforms: TransformsConfig) -> tuple[int, ...]:
+    """The (C, H, W) an image of this size has after `transforms`: found by running a blank image of
+    that size through `preprocess`, so it is exactly what reading will give."""
+    blank = Image.new("RGB" if transforms.color == "rgb" else "L", (width, height))
+    return tuple(preprocess(blank, transforms).shape)
 
 
 def preprocessing_record(transforms: TransformsConfig, input_shape: tuple[int, ...]) -> dict:

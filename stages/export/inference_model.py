@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import paddle
 
-from quantgate.stages.data.splits import load_splits
+from quantgate.stages.data.reading import open_data
 from quantgate.stages.export.outputs import MODEL_FILE, MODEL_PREFIX, PARAMS_FILE
 from quantgate.stages.shared.errors import StageError
 from quantgate.stages.shared.static_graph import load_program, persistable_dtypes, static_mode
@@ -16,6 +16,7 @@ from quantgate.stages.train.models import build_model
 
 INPUT_NAME = "x"
 MAX_ABS_DIFF = 1e-4
+CHECK_BATCH = 256
 
 
 class ExportMismatch(StageError):
@@ -38,7 +39,8 @@ def _require_legacy_format() -> None:
 
 
 def export(
-    weights_path: Path, reference_logits_path: Path, splits_path: Path, architecture: str, out_dir: Path
+    weights_path: Path, reference_logits_path: Path, data_dir: Path, architecture: str, out_dir: Path,
+    num_workers: int = 0,
 ) -> ExportResult:
     """Save the trained float32 weights with paddle.jit.save and prove the saved model is them.
 
@@ -47,21 +49,23 @@ def export(
             differ from the trained model's float32 outputs by more than 1e-4.
     """
     _require_legacy_format()
-    splits = load_splits(splits_path)
+    data = open_data(data_dir)
     with np.load(weights_path, allow_pickle=False) as stored:
         weights = {name: stored[name] for name in stored.files}
-    model = build_model(architecture, splits.num_classes, splits.input_shape)
+    model = build_model(architecture, data.num_classes, data.input_shape)
     model.set_state_dict({name: paddle.to_tensor(array) for name, array in weights.items()})
     model.eval()
     prefix = Path(out_dir) / MODEL_PREFIX
-    spec = paddle.static.InputSpec([None, *splits.input_shape], "float32", INPUT_NAME)
+    spec = paddle.static.InputSpec([None, *data.input_shape], "float32", INPUT_NAME)
     paddle.jit.save(model, str(prefix), input_spec=[spec])
 
     reference = np.load(reference_logits_path, allow_pickle=False)
     with static_mode():
         saved = load_program(prefix)
         dtypes = persistable_dtypes(saved.program)
-        exported = saved.run(splits.x_test)
+        # The test split, batch by batch: the reference logits cover it; its images never sit in memory at once.
+        exported = np.concatenate([saved.run(images) for images, _ in
+                                   data.batches("test", CHECK_BATCH, num_workers)] or [np.zeros_like(reference)])
     not_float32 = {name: dtype for name, dtype in dtypes.items() if dtype != "float32"}
     if not_float32:
         raise ExportMismatch(f"exported parameters are not float32: {not_float32}; export the float32 master weights")

@@ -1,20 +1,20 @@
-"""Quantize stage: PaddleSlim post-training INT8 quantization, calibrated on the held-out split."""
+"""Quantize stage: PaddleSlim post-training INT8 quantization, calibrated on the held-out split, streamed batch by batch."""
 
 from __future__ import annotations
 
 import logging
 import math
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import paddle
 from paddleslim.quant import quant_post_static
 
 from quantgate.config import QuantizeConfig
 from quantgate.errors import BadInput
-from quantgate.stages.data.splits import load_splits
+from quantgate.stages.data.reading import StoredData, open_data
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE  # the INT8 model keeps the FP32 file names
 from quantgate.stages.shared.errors import StageError
 from quantgate.stages.shared.progress import Progress
@@ -38,8 +38,10 @@ def calibration_batches(samples: int, config: QuantizeConfig) -> int:
     """How many calibration batches will run.
 
     Raises:
-        QuantizationError: more batches were asked for than the calibration split holds.
+        QuantizationError: the calibration split is empty, or holds fewer batches than were asked for.
     """
+    if samples <= 0:
+        raise QuantizationError("the calibration split is empty; raise data.calibration_fraction")
     available = math.ceil(samples / config.batch_size)
     if config.batch_nums is None:
         return available
@@ -53,44 +55,53 @@ def calibration_batches(samples: int, config: QuantizeConfig) -> int:
 
 
 def quantize(
-    config: QuantizeConfig, model_dir: Path, model_file: str, params_file: str, splits_path: Path, out_dir: Path
+    config: QuantizeConfig, model_dir: Path, model_file: str, params_file: str, data_dir: Path, out_dir: Path,
+    num_workers: int = 0,
 ) -> QuantizeResult:
-    """Run PaddleSlim `quant_post_static` on the exported FP32 model, calibrated on the calibration split.
+    """Run PaddleSlim `quant_post_static` on the exported FP32 model, calibrated on the data stage's calibration split.
+
+    `num_workers`: processes decoding image files for each calibration pass (0: in this process).
 
     Raises:
         QuantizationError: the calibration split is too small for the requested batches.
+        DataError: `data_dir` is not a data stage's output, or an image changed since the data stage.
     """
-    images = load_splits(splits_path).x_calibration
-    return quantize_with_images(config, model_dir, model_file, params_file, images, out_dir)
+    return quantize_with_data(config, model_dir, model_file, params_file, open_data(data_dir), out_dir,
+                              num_workers=num_workers)
 
 
-def quantize_with_images(
-    config: QuantizeConfig, model_dir: Path, model_file: str, params_file: str, images: np.ndarray, out_dir: Path,
-    allow_float: bool = False,
+def quantize_with_data(
+    config: QuantizeConfig, model_dir: Path, model_file: str, params_file: str, data: StoredData, out_dir: Path,
+    num_workers: int = 0, allow_float: bool = False,
 ) -> QuantizeResult:
-    """Run PaddleSlim `quant_post_static` (ONNX-style quantize_linear ops) calibrated on `images`.
+    """Run PaddleSlim `quant_post_static` (ONNX-style quantize_linear ops) calibrated on `data`'s calibration split.
 
+    The split is streamed: each PaddleSlim pass reads it afresh, one batch at a time, so no more than
+    a batch of images is in memory whatever the split's size.
     `allow_float`: accept a model with nothing quantized (the search skips every layer on purpose).
 
     Raises:
-        QuantizationError: `images` is too small for the requested batches, or nothing was quantized.
+        QuantizationError: the split is too small for the requested batches, or nothing was quantized.
+        DataChanged: an image file changed since the data stage recorded it.
     """
-    batches = calibration_batches(len(images), config)
+    batches = calibration_batches(data.size("calibration"), config)
+    limit = batches * config.batch_size
     started = time.perf_counter()
     log.info("quantize: PaddleSlim %s calibration on %d batches of %d samples", config.algo, batches, config.batch_size)
+    fed: list[list[int]] = []  # [batches, samples] fed in each calibration pass
 
     with static_mode():
         fp32 = load_program(Path(model_dir) / Path(model_file).stem)
 
-        passes = 0
-
         def calibration_feed():  # PaddleSlim iterates it once per calibration pass ('hist' and 'KL' make two)
-            nonlocal passes
-            passes += 1
-            progress = Progress(log, f"quantize calibration pass {passes}, batch", batches, every_s=5.0)
-            for index in range(batches):
-                progress.step(index + 1)
-                yield {fp32.feeds[0]: images[index * config.batch_size : (index + 1) * config.batch_size]}
+            fed.append([0, 0])
+            progress = Progress(log, f"quantize calibration pass {len(fed)}, batch", batches, every_s=5.0)
+            stream = data.batches("calibration", config.batch_size, num_workers, limit=limit)
+            with closing(stream):  # PaddleSlim stops after the last batch; closing ends the decoding workers now
+                for index, (images, _) in enumerate(stream):
+                    fed[-1] = [index + 1, fed[-1][1] + len(images)]
+                    progress.step(index + 1)
+                    yield {fp32.feeds[0]: images}
 
         scope = paddle.static.Scope()  # fresh, so runs in one process never see each other's variables
         with paddle.static.scope_guard(scope):
@@ -119,7 +130,9 @@ def quantize_with_images(
         raise QuantizationError(
             "PaddleSlim inserted no quantize_linear op: the model has no quantizable conv/matmul layers"
         )
-    log.info("quantize: %d quantize_linear ops inserted in %.1f s", counts["quantize_linear"], time.perf_counter() - started)
+    fed_batches, fed_samples = fed[-1] if fed else (0, 0)  # the last pass's (every pass feeds the same)
+    log.info("quantize: %d quantize_linear ops inserted in %.1f s, calibrated on %d samples",
+             counts.get("quantize_linear", 0), time.perf_counter() - started, fed_samples)
     return QuantizeResult(
         model_file=MODEL_FILE,
         params_file=PARAMS_FILE,
@@ -128,8 +141,8 @@ def quantize_with_images(
             "recipe": {name: getattr(config, name) for name in
                        ("algo", "hist_percent", "bias_correction", "weight_quantize_type")},
             "skip_tensors": list(config.skip_tensors),
-            "calibration_batches": batches,
-            "calibration_samples": min(len(images), batches * config.batch_size),
+            "calibration_batches": fed_batches,
+            "calibration_samples": fed_samples,
             "quantize_linear_ops": counts.get("quantize_linear", 0),
             "dequantize_linear_ops": counts.get("dequantize_linear", 0),
             "fp32_ops": op_counts(fp32.program),

@@ -7,7 +7,7 @@ A checkpoint folder holds
     scaler.npz        GradScaler.state_dict() (scale and its counters; empty when the scaler is disabled)
     rng.npz           Python's `random`, the numpy RandomState that shuffles the batches, Paddle's generators
     steps.csv         the step rows so far, so a resumed run's record covers every step
-    state.json        epoch, step, the train settings, the sha256 of the training data, and the
+    state.json        epoch, step, the train settings, the digest of the data stage's record, and the
                       skeletons that put the arrays of each .npz back into Paddle's nested state dicts
 
 No file is a pickle (see state_arrays): a checkpoint is pinned only by hashes anyone with write
@@ -23,7 +23,6 @@ on how many layers the process built before; it is stored under the model's stru
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import random
@@ -47,8 +46,9 @@ WEIGHTS_FILE = "weights.npz"
 # Each part of the state: its .npz, and its skeleton's key in state.json.
 PARTS = {"model": "model.npz", "optimizer": "optimizer.npz", "scaler": "scaler.npz", "rng": "rng.npz"}
 CHECKPOINT_FILES = frozenset({STATE_FILE, STEPS_FILE, WEIGHTS_FILE, *PARTS.values()})
-# 2: pickle-free (.npz + JSON); 1 held paddle.save pickles and is never loaded.
-STATE_FORMAT = 2
+# 3: pickle-free (.npz + JSON), the data named by StoredData.digest; 2 named them by splits.npz's sha256
+# (which no data folder has any more), 1 held paddle.save pickles: neither is loaded.
+STATE_FORMAT = 3
 # Settings that may differ between the checkpointed run and the one that continues it.
 RESUMABLE_CHANGES = ("epochs",)
 SEPARATOR = "|"
@@ -70,14 +70,6 @@ class ResumePoint:
     rows: list[StepRow]
     numpy_rng_state: tuple
     divergence_streak: int
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _param_names(model: paddle.nn.Layer) -> dict[str, str]:
@@ -111,7 +103,7 @@ def _local_optimizer_state(portable: dict, model: paddle.nn.Layer) -> dict:
 
 
 def save_training_state(folder: Path, model, optimizer, scaler, numpy_rng: np.random.RandomState, *,
-                        config: TrainConfig, splits_sha256: str, epoch: int, rows: list[StepRow],
+                        config: TrainConfig, data_sha256: str, epoch: int, rows: list[StepRow],
                         divergence_streak: int) -> None:
     """Write everything needed to continue after `epoch` into `folder`: .npz arrays, CSV and JSON only."""
     folder = Path(folder)
@@ -142,7 +134,7 @@ def save_training_state(folder: Path, model, optimizer, scaler, numpy_rng: np.ra
         "epoch": epoch,
         "step": rows[-1].step if rows else 0,
         "train_config": config.model_dump(mode="json"),
-        "splits_sha256": splits_sha256,
+        "data_sha256": data_sha256,
         "divergence_streak": divergence_streak,
         "weights_source": source,
         "scaler_enabled": bool(scaler.is_enable()),
@@ -167,7 +159,7 @@ def read_state(saved: CheckpointBytes) -> dict:
     try:
         state = json.loads(saved.files[STATE_FILE])
         fields_ok = (state["format"] == STATE_FORMAT and isinstance(state["train_config"], dict)
-                     and isinstance(state["epoch"], int) and isinstance(state["splits_sha256"], str)
+                     and isinstance(state["epoch"], int) and isinstance(state["data_sha256"], str)
                      and isinstance(state["skeletons"], dict))
     except (ValueError, KeyError, TypeError) as exc:
         raise ResumeMismatch(f"{where}: its {STATE_FILE} is unreadable ({exc}); {FRESH_RUN_HINT}") from exc
@@ -195,7 +187,7 @@ def resume_problems(state: dict, config: TrainConfig) -> list[str]:
 
 
 def load_training_state(saved: CheckpointBytes, model, optimizer, scaler, *, config: TrainConfig,
-                        splits_sha256: str) -> ResumePoint:
+                        data_sha256: str) -> ResumePoint:
     """Restore model, optimizer, scaler and RNG from a verified checkpoint's bytes.
 
     Raises:
@@ -204,10 +196,10 @@ def load_training_state(saved: CheckpointBytes, model, optimizer, scaler, *, con
     """
     state = read_state(saved)
     problems = resume_problems(state, config)
-    if state["splits_sha256"] != splits_sha256:
+    if state["data_sha256"] != data_sha256:
         problems.append(
-            f"the training data differ from the checkpoint's (splits sha256 {splits_sha256[:12]}... vs "
-            f"{state['splits_sha256'][:12]}...); resume with the same data settings"
+            f"the training data differ from the checkpoint's (data digest {data_sha256[:12]}... vs "
+            f"{state['data_sha256'][:12]}...); resume with the same data settings and image files"
         )
     if problems:
         raise ResumeMismatch(f"cannot resume from checkpoint {saved.name}: " + "; ".join(problems))

@@ -1,4 +1,9 @@
-"""Train stage: Paddle dynamic-graph training under auto_cast with dynamic loss scaling, checkpointed per epoch."""
+"""Train stage: Paddle dynamic-graph training under auto_cast with dynamic loss scaling, checkpointed per epoch.
+
+The training data are read batch by batch from the data stage's folder (`StoredData.fetch`): image
+folders are decoded by paddle.io.DataLoader worker processes, with the data stage's training
+augmentation, so memory does not grow with the number of images.
+"""
 
 from __future__ import annotations
 
@@ -16,13 +21,13 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from quantgate.config import TrainConfig
-from quantgate.stages.data.splits import Splits, load_splits
+from quantgate.config import AugmentConfig, TrainConfig
+from quantgate.stages.data.augment import augmentation_record
+from quantgate.stages.data.reading import StoredData, open_data
 from quantgate.stages.shared.progress import Progress
 from quantgate.stages.train import amp
 from quantgate.stages.train.checkpoint_state import (
     CheckpointBytes,
-    file_sha256,
     load_training_state,
     save_training_state,
 )
@@ -31,6 +36,8 @@ from quantgate.stages.train.grad_step import BufferSnapshot, StepOutcome, apply_
 from quantgate.stages.train.models import build_model
 from quantgate.stages.train.op_precision import op_precision_record, operator_stats
 from quantgate.stages.train.outputs import (
+    AUGMENTATION,
+    DATA_LOADER,
     OP_PRECISION_FILE,
     REFERENCE_LOGITS_FILE,
     STEPS_FILE,
@@ -41,6 +48,7 @@ from quantgate.stages.train.scalars import write_visualdl_scalars
 from quantgate.stages.train.scaler_accounting import STEP_COLUMNS, ScalerAccounting
 
 ARCHITECTURE = "digits_cnn"  # the default of train.architecture
+REFERENCE_BATCH = 256  # test images per forward pass of the reference logits
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +84,11 @@ class DivergenceWatch:
             )
 
 
-def _batches(n: int, batch_size: int, rng: np.random.RandomState):
+def epoch_batches(n: int, batch_size: int, rng: np.random.RandomState) -> list[np.ndarray]:
+    """One epoch's batches of row indices: a permutation drawn from `rng` (checkpointed, so a resumed run
+    draws the same ones), cut into `batch_size` pieces."""
     order = rng.permutation(n)
-    for start in range(0, n, batch_size):
-        yield order[start : start + batch_size]
+    return [order[start : start + batch_size] for start in range(0, n, batch_size)]
 
 
 def _check_finite(weights: dict[str, np.ndarray], learning_rate: float) -> None:
@@ -91,13 +100,30 @@ def _check_finite(weights: dict[str, np.ndarray], learning_rate: float) -> None:
         )
 
 
-def _reference_logits(weights, num_classes, input_shape, images, architecture: str = ARCHITECTURE) -> np.ndarray:
-    """float32 eval-mode logits of the shipped weights, the reference the export is checked against."""
-    model = build_model(architecture, num_classes, input_shape)
+def reference_logits(weights: dict[str, np.ndarray], data: StoredData, architecture: str = ARCHITECTURE,
+                     num_workers: int = 0) -> np.ndarray:
+    """float32 eval-mode logits of the shipped weights on the test split (never augmented), read batch by
+    batch: the reference the export is checked against.
+
+    Raises:
+        DataChanged: a test image changed since the data stage.
+    """
+    model = build_model(architecture, data.num_classes, data.input_shape)
     model.set_state_dict({name: paddle.to_tensor(array) for name, array in weights.items()})
     model.eval()
+    logits = [np.zeros((0, data.num_classes), np.float32)]
     with paddle.no_grad():
-        return model(paddle.to_tensor(images)).numpy().astype(np.float32)
+        for images, _ in data.batches("test", REFERENCE_BATCH, num_workers):
+            logits.append(model(paddle.to_tensor(images)).numpy().astype(np.float32))
+    return np.concatenate(logits)
+
+
+def data_records(data: StoredData, num_workers: int) -> dict:
+    """What the manifest says about how the training data were read and augmented."""
+    # The digits' record has no augmentation: nothing to apply, so the default (all off) describes it.
+    augment = AugmentConfig.model_validate(data.spec.get("augment") or {})
+    return {DATA_LOADER: {"num_workers": num_workers, "on_disk": data.on_disk},
+            AUGMENTATION: augmentation_record(augment, int(data.spec["seed"]))}
 
 
 class CheckpointSink(Protocol):
@@ -110,11 +136,13 @@ def checkpoint_name(epoch: int) -> str:
     return f"epoch-{epoch:04d}"
 
 
-def train(config: TrainConfig, splits_path: Path, out_dir: Path, checkpoints: CheckpointSink | None = None,
-          resume_from: CheckpointBytes | None = None) -> TrainResult:
-    """Train `config.architecture` on the train split and write float32 weights (parameters and buffers such as
-    BatchNorm statistics), per-step records and reference logits. With `config.nproc` > 1 the training runs
-    data-parallel in that many processes (see train_distributed), without per-epoch checkpoints.
+def train(config: TrainConfig, data_dir: Path, out_dir: Path, checkpoints: CheckpointSink | None = None,
+          resume_from: CheckpointBytes | None = None, num_workers: int = 0) -> TrainResult:
+    """Train `config.architecture` on the train split of the data stage's folder `data_dir` and write float32
+    weights (parameters and buffers such as BatchNorm statistics), per-step records and reference logits.
+    With `config.nproc` > 1 the training runs data-parallel in that many processes (see distributed), without
+    per-epoch checkpoints. Image folders are decoded by `num_workers` DataLoader processes (0: in this one),
+    training images with the data stage's augmentation.
 
     With `checkpoints`, the full training state is saved after every epoch (no pickle: .npz, JSON,
     CSV); with `resume_from` (the bytes of a checkpoint the caller has verified, as read for the
@@ -127,7 +155,10 @@ def train(config: TrainConfig, splits_path: Path, out_dir: Path, checkpoints: Ch
         ResumeMismatch: `resume_from` was made with other settings or data, holds every epoch already,
             or is not a checkpoint this quantgate writes.
         ModelError: the architecture cannot be built.
+        DataError: `data_dir` is not a data stage's folder.
+        DataChanged: an image file changed since the data stage recorded it.
         DistributedTrainingFailed: a rank failed, or the ranks ended with different weights.
+        RankDataMismatch: a rank read other data than this process.
     """
     if config.nproc > 1:
         from quantgate.stages.train.distributed import train_data_parallel
@@ -135,8 +166,8 @@ def train(config: TrainConfig, splits_path: Path, out_dir: Path, checkpoints: Ch
         if resume_from is not None:
             raise ResumeMismatch(f"train.nproc={config.nproc}: resuming continues single-process training only; "
                                  "resume with train.nproc=1")
-        return train_data_parallel(config, splits_path, out_dir)  # no per-epoch checkpoints across processes
-    run = _set_up(config, splits_path, resume_from)
+        return train_data_parallel(config, data_dir, out_dir, num_workers)  # no per-epoch checkpoints
+    run = _set_up(config, open_data(data_dir), resume_from, num_workers)
     epochs = _run_epochs(run, checkpoints)
     weights_source, record = _write_outputs(run, epochs, Path(out_dir))
     return TrainResult(WEIGHTS_FILE, STEPS_FILE, REFERENCE_LOGITS_FILE, _metrics(run, epochs, record, weights_source))
@@ -147,8 +178,8 @@ class _TrainingRun:
     """What a single-process training run steps: built from the seed, or restored from a checkpoint."""
 
     config: TrainConfig
-    splits: Splits
-    splits_sha256: str
+    data: StoredData
+    num_workers: int
     model: paddle.nn.Layer
     optimizer: paddle.optimizer.Optimizer
     scaler: paddle.amp.GradScaler
@@ -171,38 +202,36 @@ class _EpochsRun:
     samples_per_second: dict[int, float]  # by step
 
 
-def _set_up(config: TrainConfig, splits_path: Path, resume_from: CheckpointBytes | None) -> _TrainingRun:
+def _set_up(config: TrainConfig, data: StoredData, resume_from: CheckpointBytes | None,
+            num_workers: int) -> _TrainingRun:
     """Seed, build the model, optimizer and loss scaler, and restore `resume_from`'s state if given."""
-    splits = load_splits(splits_path)
-    splits_sha256 = file_sha256(Path(splits_path))
     paddle.seed(config.seed)
     rng = np.random.RandomState(config.seed)
-    model = build_model(config.architecture, splits.num_classes, splits.input_shape)
+    model = build_model(config.architecture, data.num_classes, data.input_shape)
     optimizer = paddle.optimizer.Adam(learning_rate=config.learning_rate, parameters=model.parameters())
     model, optimizer = amp.decorate(model, optimizer, config.amp)
     scaler = amp.grad_scaler(config.amp)
     watch = DivergenceWatch(config.max_nonfinite_steps, config.learning_rate)
-    steps_per_epoch = math.ceil(len(splits.y_train) / config.batch_size)
+    steps_per_epoch = math.ceil(data.size("train") / config.batch_size)
     start_epoch, rows = 0, []
     if resume_from is not None:
-        point = load_training_state(resume_from, model, optimizer, scaler, config=config, splits_sha256=splits_sha256)
+        point = load_training_state(resume_from, model, optimizer, scaler, config=config, data_sha256=data.digest)
         rng.set_state(point.numpy_rng_state)
         start_epoch, rows, watch.streak = point.epoch, point.rows, point.divergence_streak
     accounting = ScalerAccounting(config, config.epochs * steps_per_epoch, scaler.is_enable(), rows)
     trainable = [param for param in model.parameters() if not param.stop_gradient]
     probe = amp.OutputDtypeProbe(model)
     model.train()
-    return _TrainingRun(config, splits, splits_sha256, model, optimizer, scaler, rng, watch, accounting, trainable,
+    return _TrainingRun(config, data, num_workers, model, optimizer, scaler, rng, watch, accounting, trainable,
                         probe, steps_per_epoch, start_epoch)
 
 
 def _train_step(
-    run: _TrainingRun, batch: np.ndarray, count_ops: bool
+    run: _TrainingRun, images: np.ndarray, labels: np.ndarray, count_ops: bool
 ) -> tuple[paddle.Tensor, float, StepOutcome, dict | None]:
-    """One AMP step on `batch`: the loss, the loss scale it was multiplied by, the update's outcome, and
+    """One AMP step on a batch: the loss, the loss scale it was multiplied by, the update's outcome, and
     (with `count_ops`) the operators the forward pass ran."""
-    images = paddle.to_tensor(run.splits.x_train[batch])
-    labels = paddle.to_tensor(run.splits.y_train[batch])
+    images, labels = paddle.to_tensor(images), paddle.to_tensor(labels)
     before = BufferSnapshot(run.model)
     with operator_stats() if count_ops else nullcontext() as counted:
         with amp.autocast(run.config.amp):
@@ -223,27 +252,30 @@ def _run_epochs(run: _TrainingRun, checkpoints: CheckpointSink | None) -> _Epoch
     first_step = step
     samples_per_second: dict[int, float] = {}  # steps run by this process (a resumed run's earlier ones were not)
     progress = Progress(log, "train epoch", config.epochs)
+    samples = run.data.size("train")
     for epoch in range(run.start_epoch + 1, config.epochs + 1):
         epoch_started, epoch_losses = time.perf_counter(), []
-        for batch in _batches(len(run.splits.y_train), config.batch_size, run.rng):
-            step_started = time.perf_counter()
-            loss, scale_used, outcome, counted = _train_step(run, batch, count_ops=step == first_step)
+        index_batches = epoch_batches(samples, config.batch_size, run.rng)
+        for images, labels in run.data.fetch("train", index_batches, num_workers=run.num_workers, augment=True,
+                                             epoch=epoch):
+            step_started = time.perf_counter()  # the step alone: decoding runs ahead in the workers
+            loss, scale_used, outcome, counted = _train_step(run, images, labels, count_ops=step == first_step)
             if step == first_step:
                 ops = counted
             step += 1
-            samples_per_second[step] = len(batch) / (time.perf_counter() - step_started)
+            samples_per_second[step] = len(labels) / (time.perf_counter() - step_started)
             loss_value = float(loss.astype("float32"))
             run.accounting.record(step, epoch, loss_value, scale_used, outcome.skipped,
                                   outcome.grad_norm, outcome.grad_norm_clipped)
             run.watch.observe(step, loss_value)
             epoch_losses.append(loss_value)
         progress.step(epoch, f"loss {np.mean(epoch_losses):.4f}, "
-                      f"{len(run.splits.y_train) / (time.perf_counter() - epoch_started):.0f} samples/s, "
+                      f"{samples / (time.perf_counter() - epoch_started):.0f} samples/s, "
                       f"loss scale {amp.loss_scale(run.scaler):g}")
         if checkpoints is not None:
             with checkpoints(checkpoint_name(epoch)) as folder:
                 save_training_state(folder, run.model, run.optimizer, run.scaler, run.rng, config=config,
-                                    splits_sha256=run.splits_sha256, epoch=epoch, rows=run.accounting.rows,
+                                    data_sha256=run.data.digest, epoch=epoch, rows=run.accounting.rows,
                                     divergence_streak=run.watch.streak)
     return _EpochsRun(step, time.perf_counter() - started, ops, samples_per_second)
 
@@ -255,13 +287,13 @@ def _write_outputs(run: _TrainingRun, epochs: _EpochsRun, out_dir: Path) -> tupl
     Raises:
         TrainingDiverged: a weight ended non-finite (nothing is written then).
     """
-    config, splits = run.config, run.splits
+    config = run.config
     weights, weights_source = amp.float32_state(run.model, run.optimizer)
     _check_finite(weights, config.learning_rate)
     record = amp.amp_record(config.amp, run.scaler, run.probe)
     np.savez(out_dir / WEIGHTS_FILE, **weights)
     np.save(out_dir / REFERENCE_LOGITS_FILE,
-            _reference_logits(weights, splits.num_classes, splits.input_shape, splits.x_test, config.architecture))
+            reference_logits(weights, run.data, config.architecture, run.num_workers))
     with open(out_dir / STEPS_FILE, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(STEP_COLUMNS)
@@ -274,20 +306,21 @@ def _write_outputs(run: _TrainingRun, epochs: _EpochsRun, out_dir: Path) -> tupl
 
 def _metrics(run: _TrainingRun, epochs: _EpochsRun, record: amp.AmpRecord, weights_source: str) -> dict:
     """The train stage's metrics for the manifest."""
-    config, splits, scaler = run.config, run.splits, run.scaler
+    config, data, scaler = run.config, run.data, run.scaler
     final_losses = [row.loss for row in run.accounting.rows[-run.steps_per_epoch:]]
     trained_epochs = config.epochs - run.start_epoch
     return {
         "architecture": config.architecture,
-        "num_classes": splits.num_classes,
-        "input_shape": list(splits.input_shape),
+        "num_classes": data.num_classes,
+        "input_shape": list(data.input_shape),
         "steps": epochs.steps,
         "final_epoch_loss_mean": float(np.mean(final_losses)),
         "train_seconds": epochs.seconds,
-        "samples_per_second": len(splits.y_train) * trained_epochs / epochs.seconds,
+        "samples_per_second": data.size("train") * trained_epochs / epochs.seconds,  # reading included
         "loss_scale_final": amp.loss_scale(scaler),
         "scaler": run.accounting.summary(amp.loss_scale(scaler)),
         "resumed_from_epoch": run.start_epoch or None,
         "epochs_trained_in_this_run": trained_epochs,
         "amp": {**record.as_dict(), "weights_source": weights_source},
+        **data_records(data, run.num_workers),
     }

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from quantgate.config import DataConfig
-from quantgate.stages.data.splits import load_splits, prepare_data
+from quantgate.stages.data import open_data, prepare_data
 
 
 def test_split_is_deterministic_disjoint_and_stratified(tmp_path):
@@ -18,11 +18,12 @@ def test_split_is_deterministic_disjoint_and_stratified(tmp_path):
     assert all(not (a & b) for i, a in enumerate(indices) for b in indices[i + 1:])  # pairwise disjoint
     assert sum(map(len, indices)) == 1797  # every real digit is used exactly once
 
-    splits = load_splits(first / "splits.npz")
-    for labels in (splits.y_train, splits.y_calibration, splits.y_validation, splits.y_test):
-        assert set(labels.tolist()) == set(range(10))
-    assert splits.x_train.dtype == np.float32 and splits.input_shape == (1, 8, 8)
-    assert 0.0 <= splits.x_test.min() and splits.x_test.max() <= 1.0
+    data = open_data(first)
+    for name in ("train", "calibration", "validation", "test"):
+        assert set(data.labels(name).tolist()) == set(range(10))
+    images, _ = data.array("test")
+    assert images.dtype == np.float32 and data.input_shape == (1, 8, 8) == images.shape[1:]
+    assert 0.0 <= images.min() and images.max() <= 1.0 and not data.on_disk
 
 
 def test_fingerprint_changes_with_the_split(tmp_path):

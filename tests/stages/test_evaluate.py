@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from quantgate.stages.data.splits import load_splits
+from quantgate.stages.data import open_data
 from quantgate.stages.evaluate.latency import measure
 from quantgate.stages.shared.errors import StageError
 
@@ -10,7 +10,7 @@ def test_metrics_are_consistent_with_the_stored_predictions(stage_dirs):
     metrics = stage_dirs.results["evaluate"].metrics
     with np.load(stage_dirs.evaluate / "predictions.npz") as stored:
         labels, fp32, int8 = stored["labels"], stored["fp32_pred"], stored["int8_pred"]
-    assert np.array_equal(labels, load_splits(stage_dirs.splits).y_test)
+    assert np.array_equal(labels, open_data(stage_dirs.data).labels("test"))
     assert metrics["test_samples"] == len(labels) == 360
     assert metrics["fp32_top1_pct"] == 100.0 * np.mean(fp32 == labels)
     assert metrics["int8_top1_pct"] == 100.0 * np.mean(int8 == labels)

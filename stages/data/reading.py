@@ -1,0 +1,224 @@
+"""Reading a data stage's output: one interface for the in-memory digits and for image folders on disk.
+
+Every stage after `data` opens the data stage's folder with `open_data` and asks for batches of a
+split. For image folders, `paddle.io.DataLoader` worker processes decode and transform each file as
+it is needed (nothing holds all images), and each file is checked against the size and mtime the data
+stage recorded: a file changed since is named, never silently read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import paddle
+from PIL import Image
+
+from quantgate.config import AugmentConfig, TransformsConfig
+from quantgate.stages.data.augment import augmented, image_rng
+from quantgate.stages.data.errors import DataError
+from quantgate.stages.data.file_hashes import DECODE_ERRORS
+from quantgate.stages.data.file_table import FileRow, read_table
+from quantgate.stages.data.image_folders import preprocess
+from quantgate.stages.data.outputs import DATASET_FILE, SPLITS_FILE, TABLE_FILE
+
+SPLIT_NAMES = ("train", "calibration", "validation", "test")
+READ_OK, FILE_CHANGED, FILE_UNREADABLE = 0, 1, 2
+
+
+class DataChanged(DataError):
+    """An image file differs from what the data stage recorded (or can no longer be read)."""
+
+
+class _IndexBatches(paddle.io.BatchSampler):
+    """Batches of row indices given by the caller (its own shuffle, or a DistributedBatchSampler)."""
+
+    def __init__(self, batches: Iterable):
+        self.batches = batches
+
+    def __iter__(self):
+        return (list(map(int, batch)) for batch in self.batches)
+
+    def __len__(self):
+        return len(self.batches)
+
+
+class FileSplit(paddle.io.Dataset):
+    """One split's image files: item `i` is (pixels float32 CHW, label, i, status); status says whether the
+    file still matches the table. A bad file gives zeros and a status instead of raising, because an
+    exception in a DataLoader worker reaches the main process without its message."""
+
+    def __init__(self, rows: list[FileRow], roots: dict[str, str], transforms: TransformsConfig,
+                 input_shape: tuple[int, ...], augment: AugmentConfig | None = None, seed: int = 0, epoch: int = 0):
+        self.rows, self.roots, self.transforms = rows, roots, transforms
+        self.input_shape, self.augment, self.seed, self.epoch = tuple(input_shape), augment, seed, epoch
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def path(self, index: int) -> Path:
+        row = self.rows[index]
+        return Path(self.roots[row.root]) / row.file
+
+    def __getitem__(self, index: int):
+        row = self.rows[index]
+        try:
+            with open(self.path(index), "rb") as handle:
+                stat = os.fstat(handle.fileno())
+                if (stat.st_size, stat.st_mtime_ns) != (row.size, row.mtime_ns):
+                    return self._failed(index, FILE_CHANGED)
+                with Image.open(handle) as image:
+                    image.load()
+                    image = image.convert("RGB" if self.transforms.color == "rgb" else "L")
+        except FileNotFoundError:
+            return self._failed(index, FILE_CHANGED)
+        except DECODE_ERRORS:
+            return self._failed(index, FILE_UNREADABLE)
+        if self.augment is not None:
+            image = augmented(image, self.transforms, self.augment, self.input_shape[1:],
+                              image_rng(self.seed, self.epoch, index))
+            pixels = preprocess(image, self.transforms.model_copy(update={"resize": None, "center_crop": None}))
+        else:
+            pixels = preprocess(image, self.transforms)
+        if pixels.shape != self.input_shape:
+            return self._failed(index, FILE_UNREADABLE)
+        return pixels, np.int64(row.label), np.int64(index), np.int8(READ_OK)
+
+    def _failed(self, index: int, status: int):
+        return np.zeros(self.input_shape, np.float32), np.int64(-1), np.int64(index), np.int8(status)
+
+
+@dataclass
+class StoredData:
+    """A data stage's output, opened for reading (see the module docstring)."""
+
+    folder: Path
+    spec: dict
+    rows: dict[str, list[FileRow]] = field(default_factory=dict)  # image folders
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)  # the digits: x_<split>, y_<split>
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.spec["num_classes"])
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self.spec["classes"])
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.spec["input_shape"])
+
+    @property
+    def on_disk(self) -> bool:
+        """Whether the images are files read as needed (an image folder), not arrays in memory."""
+        return self.spec["kind"] == "files"
+
+    @property
+    def digest(self) -> str:
+        """sha256 of what identifies the data: the file table (or the arrays) and the dataset record."""
+        digest = hashlib.sha256()
+        for name in (DATASET_FILE, TABLE_FILE if self.on_disk else SPLITS_FILE):
+            digest.update(hashlib.sha256((self.folder / name).read_bytes()).digest())
+        return digest.hexdigest()
+
+    def size(self, split: str) -> int:
+        return len(self.rows[split]) if self.on_disk else len(self.arrays[f"y_{split}"])
+
+    def labels(self, split: str) -> np.ndarray:
+        if self.on_disk:
+            return np.asarray([row.label for row in self.rows[split]], dtype=np.int64)
+        return self.arrays[f"y_{split}"]
+
+    def files(self, split: str) -> list[str]:
+        """Where each image of `split` lies, in order ("digits[<index>]" for the built-in digits)."""
+        if self.on_disk:
+            return [str(Path(self.spec["roots"][row.root]) / row.file) for row in self.rows[split]]
+        return [f"{self.spec['dataset']}[{int(index)}]" for index in self.arrays[f"index_{split}"]]
+
+    def split_digest(self, split: str) -> str:
+        """sha256 of what decides a split's inputs: its rows (or arrays) and the transforms."""
+        digest = hashlib.sha256(json.dumps(self.spec.get("transforms"), sort_keys=True).encode())
+        if self.on_disk:
+            for row in self.rows[split]:
+                digest.update(f"{row.file}\0{row.label}\0{row.sha256}\n".encode())
+        else:
+            for axis in "xy":
+                digest.update(np.ascontiguousarray(self.arrays[f"{axis}_{split}"]).tobytes())
+        return digest.hexdigest()
+
+    def dataset(self, split: str, augment: bool = False, epoch: int = 0) -> FileSplit:
+        """`split`'s files as a paddle.io.Dataset; `augment` applies the recorded training augmentation."""
+        spec = self.spec
+        augmentation = AugmentConfig.model_validate(spec["augment"]) if augment else None
+        return FileSplit(self.rows[split], spec["roots"], TransformsConfig.model_validate(spec["transforms"]),
+                         self.input_shape, augmentation if augmentation and augmentation.active else None,
+                         spec["seed"], epoch)
+
+    def fetch(self, split: str, index_batches: Iterable, num_workers: int = 0, augment: bool = False,
+              epoch: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(images, labels) of each batch of row indices, in the order given.
+
+        Raises:
+            DataChanged: an image file differs from the table, vanished, or no longer decodes.
+        """
+        if not self.on_disk:
+            for batch in index_batches:
+                yield self.arrays[f"x_{split}"][batch], self.arrays[f"y_{split}"][batch]
+            return
+        dataset = self.dataset(split, augment, epoch)
+        loader = paddle.io.DataLoader(dataset, batch_sampler=_IndexBatches(index_batches), num_workers=num_workers,
+                                      use_shared_memory=num_workers > 0, return_list=True)
+        for images, labels, rows, status in loader:  # Tensors, or DenseTensors in static mode: np.asarray reads both
+            status = np.asarray(status)
+            if status.any():
+                first = np.flatnonzero(status)[0]
+                raise _changed(dataset, int(np.asarray(rows)[first]), int(status[first]))
+            yield np.asarray(images), np.asarray(labels)
+
+    def batches(self, split: str, batch_size: int, num_workers: int = 0,
+                limit: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """`split` in order, `batch_size` images at a time (the first `limit` only, when given)."""
+        count = self.size(split) if limit is None else min(limit, self.size(split))
+        starts = range(0, count, batch_size)
+        return self.fetch(split, [np.arange(start, min(start + batch_size, count)) for start in starts], num_workers)
+
+    def array(self, split: str, limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The first `limit` images of `split` (all when None) in memory: for small splits and single batches."""
+        parts = list(self.batches(split, 256, 0, limit))
+        if not parts:
+            return np.zeros((0, *self.input_shape), np.float32), np.zeros((0,), np.int64)
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def _changed(dataset: FileSplit, index: int, status: int) -> DataChanged:
+    path = dataset.path(index)
+    if status == FILE_CHANGED:
+        return DataChanged(f"image {path} changed after the data stage recorded it (size or mtime differ, or it is "
+                           "gone); nothing was trained on other bytes: run again to record the folder as it is now")
+    return DataChanged(f"image {path} can no longer be decoded to the recorded size; replace the file and run again")
+
+
+def open_data(folder: Path) -> StoredData:
+    """Open a data stage's output folder.
+
+    Raises:
+        DataError: the folder is not a data stage's output, or its file table cannot be read.
+    """
+    folder = Path(folder)
+    try:
+        spec = json.loads((folder / DATASET_FILE).read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{folder} holds no readable {DATASET_FILE}; pass the data stage's folder") from exc
+    if spec["kind"] == "files":
+        rows: dict[str, list[FileRow]] = {name: [] for name in SPLIT_NAMES}
+        for row in read_table(folder / TABLE_FILE):
+            rows[row.split].append(row)
+        return StoredData(folder, spec, rows=rows)
+    with np.load(folder / SPLITS_FILE, allow_pickle=False) as stored:
+        return StoredData(folder, spec, arrays={name: stored[name] for name in stored.files})

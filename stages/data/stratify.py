@@ -1,0 +1,76 @@
+"""Seeded, stratified splitting of sample indices into train / calibration / validation / test."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from sklearn.model_selection import train_test_split
+
+from quantgate.config import DataConfig
+from quantgate.stages.data.errors import DataError
+
+SPLIT_NAMES = ("train", "calibration", "validation", "test")
+
+
+def stratified(indices: np.ndarray, labels: np.ndarray, share: float, seed: int, held_out: str):
+    """Seeded stratified split of `indices` into (rest, held_out share).
+
+    Raises:
+        DataError: the split cannot hold every class (too few images per class).
+    """
+    classes = len(set(labels[indices].tolist()))
+    held = math.ceil(share * len(indices))
+    if held < classes:
+        raise DataError(
+            f"the {held_out} split would hold {held} images but there are {classes} classes, so some class would "
+            f"have no {held_out} image; add images or raise data.{held_out}_fraction"
+        )
+    try:
+        return train_test_split(indices, test_size=share, stratify=labels[indices], random_state=seed)
+    except ValueError as exc:  # e.g. a class with a single image cannot be stratified
+        raise DataError(
+            f"cannot split off the {held_out} split by class: {exc}; give every class at least 2 images per split"
+        ) from exc
+
+
+def split_indices(labels: np.ndarray, config: DataConfig) -> dict[str, np.ndarray]:
+    """Stratified, seeded split of sample indices; the same config always gives the same split."""
+    everything = np.arange(len(labels))
+    rest, test = stratified(everything, labels, config.test_fraction, config.seed, "test")
+    calibration_share = config.calibration_fraction / (1.0 - config.test_fraction)
+    train, calibration = stratified(rest, labels, calibration_share, config.seed, "calibration")
+    train, validation = split_validation(train, labels, config)
+    return {"train": np.sort(train), "calibration": np.sort(calibration), "validation": np.sort(validation),
+            "test": np.sort(test)}
+
+
+def split_validation(train: np.ndarray, labels: np.ndarray, config: DataConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Take the validation split out of the training split (after test and calibration, which stay as they were)."""
+    if config.validation_fraction == 0:
+        return train, np.array([], dtype=train.dtype)
+    total = len(labels) if config.test_path is None else len(train) / (1 - config.calibration_fraction)
+    share = config.validation_fraction * total / len(train)
+    if share >= 1:
+        raise DataError(f"data.validation_fraction={config.validation_fraction} leaves no training images; lower it")
+    return stratified(train, labels, share, config.seed, "validation")
+
+
+def split_with_test_folder(labels: np.ndarray, test_count: int, config: DataConfig) -> dict[str, np.ndarray]:
+    """Indices when the test split is a folder of its own: its `test_count` samples come after `labels`'s."""
+    everything = np.arange(len(labels))
+    train, calibration = stratified(everything, labels, config.calibration_fraction, config.seed, "calibration")
+    train, validation = split_validation(train, labels, config)
+    return {"train": np.sort(train), "calibration": np.sort(calibration), "validation": np.sort(validation),
+            "test": np.arange(test_count) + len(labels)}
+
+
+def check_every_class(labels: np.ndarray, indices: dict[str, np.ndarray], num_classes: int,
+                      config: DataConfig) -> None:
+    """Raises DataError when a split (other than an empty validation split) misses a class."""
+    for name in SPLIT_NAMES:
+        if name == "validation" and config.validation_fraction == 0:
+            continue
+        missing = sorted(set(range(num_classes)) - set(labels[indices[name]].tolist()))
+        if missing:
+            raise DataError(f"the {name} split has no samples of classes {missing}; raise data.{name}_fraction")
