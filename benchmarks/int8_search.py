@@ -38,7 +38,7 @@ from sklearn.datasets import load_digits
 import quantgate  # noqa: F401  (legacy program format for PaddleSlim, before paddle is imported)
 from quantgate.config import EvaluateConfig, GatePolicy, PipelineConfig, validate_config
 from quantgate.stages.convert.onnx_export import convert
-from quantgate.stages.data.splits import load_splits, prepare_data
+from quantgate.stages.data import open_data, prepare_data
 from quantgate.stages.evaluate.accuracy import evaluate
 from quantgate.stages.evaluate.latency import measure
 from quantgate.stages.export.inference_model import export
@@ -86,13 +86,13 @@ def run_model(name: str, config: PipelineConfig, work: Path, latency_repeats: in
     dirs = {stage: work / stage for stage in ("data", "train", "export")}
     for folder in dirs.values():
         folder.mkdir(parents=True)
-    splits = dirs["data"] / "splits.npz"
+    splits = dirs["data"]  # the data stage's folder, which every stage opens
     prepare_data(config.data, dirs["data"])
     log(f"{name}: training {config.train.epochs} epochs")
     trained = train(config.train, splits, dirs["train"])
     export(dirs["train"] / "weights.npz", dirs["train"] / "reference_logits.npy", splits,
            trained.metrics["architecture"], dirs["export"])
-    data = load_splits(splits)
+    data = open_data(splits)
     models, extra = {}, {}
     for variant in ("plain_ptq", "searched"):
         quantized, converted = work / variant / "quantize", work / variant / "convert"
@@ -113,13 +113,13 @@ def run_model(name: str, config: PipelineConfig, work: Path, latency_repeats: in
     fp32 = work / "plain_ptq" / "convert" / "fp32.onnx"
     quant_pre_process(str(fp32), str(work / "fp32_pre.onnx"), skip_symbolic_shape=True)
     quantize_static(str(work / "fp32_pre.onnx"), str(work / "ort_quantize_static.onnx"),
-                    Reader(data.x_calibration, 32), quant_format=QuantFormat.QDQ,
+                    Reader(data.array("calibration")[0], 32), quant_format=QuantFormat.QDQ,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True)
     models["ort_quantize_static"] = work / "ort_quantize_static.onnx"
 
     # FP32 and every variant timed in one process per batch size, in rounds, so each speedup divides by
     # the same FP32 timing (separate processes drift by more than the differences between variants here).
-    timed = {batch: measure({"fp32": fp32, **models}, data.x_test[:batch], 2, latency_repeats) for batch in (1, 16)}
+    timed = {batch: measure({"fp32": fp32, **models}, data.array("test", limit=batch)[0], 2, latency_repeats) for batch in (1, 16)}
     rows = []
     for variant, int8 in models.items():
         out = work / variant / "evaluate"
@@ -138,8 +138,8 @@ def run_model(name: str, config: PipelineConfig, work: Path, latency_repeats: in
             "meets_max_drop": metrics["fp32_top1_pct"] - metrics["int8_top1_pct"] <= config.gate.max_accuracy_drop,
         })
     return {"rows": rows, "search": extra.get("search"), "quantize_s": {k: v for k, v in extra.items() if k != "search"},
-            "input_shape": list(data.x_train.shape[1:]), "samples": {split: int(len(getattr(data, f"y_{split}")))
-                                                                     for split in ("train", "calibration", "validation", "test")}}
+            "input_shape": list(data.input_shape), "samples": {split: data.size(split)
+                                                               for split in ("train", "calibration", "validation", "test")}}
 
 
 def markdown(result: dict) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.datasets import load_digits
 
-from quantgate.config import DataConfig
+from quantgate.config import DataConfig, TransformsConfig
 from quantgate.stages.data.augment import augmentation_record
 from quantgate.stages.data.errors import DataError
 from quantgate.stages.data.file_table import content_fingerprint, write_table
@@ -39,6 +39,10 @@ def _load_digits() -> tuple[np.ndarray, np.ndarray]:
 
 
 DATASETS = {"digits": _load_digits}
+# What an image file must go through to look like the built-in digits to the model (a deployment's recipe):
+# 8x8 grey, bright ink on a dark ground, in [0, 1]. scikit-learn's 0..16 levels become 0..1 the same way.
+DIGITS_TRANSFORMS = TransformsConfig(resize=(8, 8), color="grayscale")
+DIGITS_NOTE = "digits are bright ink on a dark ground (as scikit-learn's); invert dark-on-light scans first"
 
 
 def fingerprint(dataset: str, images: np.ndarray, labels: np.ndarray, indices: dict[str, np.ndarray]) -> str:
@@ -70,12 +74,16 @@ def _prepare_arrays(config: DataConfig, out_dir: Path) -> dict:
     np.savez(Path(out_dir) / SPLITS_FILE, **arrays)
     classes = [str(k) for k in range(num_classes)]
     _write_spec(out_dir, {"kind": "arrays", "dataset": config.dataset, "classes": classes, "num_classes": num_classes,
-                          "input_shape": list(images.shape[1:]), "seed": config.seed})
+                          "input_shape": list(images.shape[1:]), "seed": config.seed,
+                          "transforms": DIGITS_TRANSFORMS.model_dump(mode="json")})
+    preprocessing = preprocessing_record(DIGITS_TRANSFORMS, images.shape[1:])
+    preprocessing["steps"].insert(0, DIGITS_NOTE)
     return {
         "fingerprint_sha256": fingerprint(config.dataset, images, labels, indices),
         "num_classes": num_classes,
         "input_shape": list(images.shape[1:]),
-        **{f"samples_{name}": int(len(indices[name])) for name in SPLIT_NAMES},
+        **{f"samples_{name}": len(indices[name]) for name in SPLIT_NAMES},
+        "preprocessing": preprocessing,
     }
 
 

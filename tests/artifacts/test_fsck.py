@@ -35,6 +35,17 @@ def test_a_clean_store_has_no_problems(store, finished):
     assert check_store(store) == []
 
 
+def test_a_cache_kinds_state_database_is_bookkeeping_not_a_stray(store, finished):
+    import sqlite3
+
+    state = store.cache("file-hashes").state_file()
+    with sqlite3.connect(state) as db:
+        db.execute("CREATE TABLE t (x)")
+    assert check_store(store) == []
+    (state.parent / "stray.txt").write_text("not a cache entry")  # anything else there still is reported
+    assert kinds(store) == [("unexpected-entry", ".cache/file-hashes/stray.txt")]
+
+
 @pytest.mark.parametrize(("relpath", "kind"), [
     ("train/weights.npz", "hash-mismatch"),
     ("train/sub/steps.csv", "hash-mismatch"),

@@ -1,7 +1,6 @@
 """A user's own image folders and a paddle.vision network, from a YAML file, through the release flow."""
 
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -52,5 +51,21 @@ def test_a_yaml_config_on_image_folders_records_preprocessing_and_config(tmp_pat
     assert record["config"]["train"]["nproc"] == 1 and record["config"]["data"]["transforms"]["color"] == "rgb"
     export = json.loads((version_dir / "export" / "manifest.json").read_text())
     assert export["config"]["architecture"] == "mobilenet_v1"
-    shutil.rmtree(images)  # the version keeps the decoded splits; it no longer needs the source folder
-    assert (version_dir / "data" / "splits.npz").exists()
+    # The version records the files, not their pixels; the stages read them through DataLoader workers.
+    assert (version_dir / "data" / "files.csv.gz").exists() and not (version_dir / "data" / "splits.npz").exists()
+    assert data["metrics"]["source"]["files"] == 24 and data["metrics"]["augmentation"]["enabled"] is False
+    train = json.loads((version_dir / "train" / "manifest.json").read_text())
+    assert train["metrics"]["data_loader"]["num_workers"] == 2
+
+    # The same folder, unchanged: the data stage is reused (so is everything decided by it).
+    assert release(config=config, store=str(store)) == "v2"
+    again = json.loads((store / "shapes-mobilenet" / "versions" / "v2" / "version.json").read_text())
+    assert again["reused"]["data"] == "v1" and again["reused"]["train"] == "v1"
+
+    # One image rewritten: the data stage runs again and so does training, on the new bytes.
+    victim = next((images / "class_1").glob("*.png"))
+    victim.write_bytes(victim.read_bytes() + b"\0")  # a trailing byte: still a PNG, other bytes
+    assert release(config=config, store=str(store)) == "v3"
+    changed = json.loads((store / "shapes-mobilenet" / "versions" / "v3" / "version.json").read_text())
+    assert "data" not in changed["reused"] and "train" not in changed["reused"]
+    assert changed["data_fingerprint_sha256"] != record["data_fingerprint_sha256"]
