@@ -43,7 +43,8 @@ from quantgate.settings import resolve_store_root
 from quantgate.stages.data.outputs import FINGERPRINT, PREPROCESSING
 from quantgate.stages.evaluate.outputs import HEADLINE_METRICS, INT8_TOP1
 from quantgate.stages.gate import Criterion, decide
-from quantgate.stages.gate.outputs import CRITERIA, PASSED, RELEASE_REGRESSION
+from quantgate.stages.gate.outputs import PASSED, RELEASE_REGRESSION
+from quantgate.stages.gate.runtimes import PRIMARY_RUNTIME, RUNTIMES, runtime_headlines, with_criterion, with_verdicts
 from quantgate.stages.quantize.outputs import SEARCH
 from quantgate.stages.train.outputs import AMP, ARCHITECTURE, SCALER
 from quantgate.terminal import RUN_LOGGER
@@ -63,7 +64,9 @@ class GateFailed(Rejected):
 
 
 def version_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str, StageRef]) -> dict:
-    """The version's final record: the gate verdict, the headline numbers and each stage's wall time."""
+    """The version's final record: the gate verdict, the headline numbers (also per runtime, with each
+    runtime's verdict) and each stage's wall time."""
+
     manifests = {stage: store.read_manifest(ref) for stage, ref in refs.items()}
     gate = manifests["gate"]["metrics"]
     evaluation = manifests["evaluate"]["metrics"]
@@ -71,6 +74,7 @@ def version_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str,
         "status": "passed" if gate["passed"] else "failed",
         "gate": gate,
         "metrics": {key: evaluation[key] for key in HEADLINE_METRICS},
+        RUNTIMES: runtime_headlines(evaluation, gate, HEADLINE_METRICS),
         "amp": manifests["train"]["metrics"][AMP],
         "scaler": manifests["train"]["metrics"][SCALER],
         "search": manifests["quantize"]["metrics"].get(SEARCH),
@@ -114,15 +118,18 @@ def rejudged(store: ArtifactStore, model: str, record: dict, policy: GatePolicy,
     if record["status"] != "passed" or judged == release:
         return record
     baseline = baseline_of(store, model, release)
-    fresh = decide(policy, {INT8_TOP1: record["metrics"].get(INT8_TOP1)}, release=baseline).criteria
+    primary = gate_record.get(PRIMARY_RUNTIME)
+    fresh = decide(policy, {INT8_TOP1: record["metrics"].get(INT8_TOP1)}, release=baseline,
+                   runtimes=(primary,) if primary else ()).criteria
     criterion = next(c for c in fresh if c.name == RELEASE_REGRESSION)
     note = f"judged again: release moved from {judged or 'none'} to {release or 'none'} after this run's gate read it"
     criterion = replace(criterion, note=f"{criterion.note}; {note}" if criterion.note else note)
-    criteria = [asdict(criterion) if c.get("name") == RELEASE_REGRESSION else c for c in gate_record[CRITERIA]]
-    passed = all(c.get(PASSED) for c in criteria)
-    gate_record = {**gate_record, CRITERIA: criteria, PASSED: passed,
+    gate_record = {**with_criterion(gate_record, criterion),
                    "release_baseline": None if baseline is None else asdict(baseline), "rejudged": note}
-    return {**record, "gate": gate_record, "status": "passed" if passed else "failed"}
+    passed = gate_record[PASSED]
+    # The per-runtime verdicts follow the criteria they summarise.
+    runtimes = {RUNTIMES: with_verdicts(record[RUNTIMES], gate_record)} if RUNTIMES in record else {}
+    return {**record, **runtimes, "gate": gate_record, "status": "passed" if passed else "failed"}
 
 
 def publish_record(store: ArtifactStore, version: VersionRef, record: dict, policy: GatePolicy) -> dict:

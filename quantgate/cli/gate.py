@@ -90,5 +90,8 @@ def handle(args: argparse.Namespace) -> int:
     print(f"quantgate {model}/{ref.version}: gate {'PASSED' if decision.passed else 'FAILED'} (decided again)")
     for criterion in decision.criteria:
         print(f"  gate      {criterion.describe()}")
+    if len(decision.runtimes) > 1:  # the version passes only if every listed runtime does
+        print("  runtimes  " + " | ".join(f"{runtime} {'passed' if verdict['passed'] else 'FAILED'}"
+                                          for runtime, verdict in decision.runtimes.items()))
     print(f"  recorded  {store.root / where}")
     return EXIT_OK if decision.passed else EXIT_REJECTED

@@ -21,7 +21,8 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([
             {"model": i.model, "version": i.version, "status": i.status, "aliases": list(i.aliases),
-             "metrics": i.record.get("metrics", {}), "gate": i.record.get("gate", {})}
+             "metrics": i.record.get("metrics", {}), "gate": i.record.get("gate", {}),
+             "runtimes": i.record.get("runtimes", {})}
             for i in infos
         ], indent=2, sort_keys=True))
         return 0
@@ -34,4 +35,20 @@ def handle(args: argparse.Namespace) -> int:
         numbers = [f"{metrics[key]:.2f}" if key in metrics else "-" for key in (FP32_TOP1, INT8_TOP1, ACCURACY_DELTA)]
         print(f"{info.model:<16} {info.version:<8} {info.status:<10} {numbers[0]:>7} {numbers[1]:>7} {numbers[2]:>7}"
               f"  {', '.join(info.aliases)}")
+        runtimes = info.record.get("runtimes") or {}
+        if len(runtimes) > 1:  # every listed runtime must pass: show which did, side by side
+            cells = " | ".join(runtime_cell(name, entry) for name, entry in runtimes.items())
+            print(f"{'':<16} {'':<8} runtimes: {cells}")
     return 0
+
+
+def runtime_cell(runtime: str, entry: dict) -> str:
+    """One runtime's verdict with its INT8 top-1 and speed-up, e.g. 'openvino passed 96.90 % 2.10x'."""
+    from quantgate.stages.evaluate.outputs import INT8_TOP1, SPEEDUP
+
+    def shown(key: str, spec: str) -> str:
+        value = entry.get(key)
+        return format(value, spec) if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+    verdict = "passed" if entry.get("passed") else "FAILED"
+    return f"{runtime} {verdict} {shown(INT8_TOP1, '.2f')} % {shown(SPEEDUP, '.2f')}x"

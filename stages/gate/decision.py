@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -17,8 +18,22 @@ from scipy.stats import bootstrap
 
 from quantgate.config import GatePolicy
 from quantgate.stages.gate.outputs import GATE_FILE, RELEASE_REGRESSION
+from quantgate.stages.gate.runtimes import (
+    FP32_MODEL,
+    INT8_MODEL,
+    LIBRARY,
+    PRIMARY_RUNTIME,
+    RUNTIMES,
+    criterion_name,
+    measured_runtimes,
+    primary_runtime,
+    runtime_entry,
+    runtime_metrics,
+    runtime_verdicts,
+)
 
 CONFIDENCE = 0.95
+JUDGED = ("fp32_top1_pct", "int8_top1_pct", "agreement", "speedup_int8_vs_fp32")  # what the criteria read
 PASS, FAIL, NOT_APPLICABLE = "pass", "fail", "not_applicable"
 
 
@@ -56,12 +71,14 @@ class Criterion:
 class ReleaseBaseline:
     """The current `release` version's INT8 top-1, as read (and verified) from the store by the caller.
 
-    `int8_top1_pct` is None with a `problem` when the release's record could not be read or verified.
+    `int8_top1_pct` is None with a `problem` when the release's record could not be read or verified;
+    `runtime` is the runtime that measured it (the release's primary runtime), empty when unknown.
     """
 
     version: str
     int8_top1_pct: float | None
     problem: str = ""
+    runtime: str = ""
 
 
 @dataclass(frozen=True)
@@ -87,6 +104,11 @@ class GateDecision:
     @property
     def failed(self) -> tuple[Criterion, ...]:
         return tuple(criterion for criterion in self.criteria if not criterion.passed)
+
+    @property
+    def runtimes(self) -> dict[str, dict]:
+        """{runtime: {"passed", "failed": [criterion names], "delta_interval"}} for every judged runtime."""
+        return self.evidence.get(RUNTIMES, {})
 
     @property
     def metrics(self) -> dict:
@@ -132,10 +154,10 @@ def paired_bootstrap_delta(labels: np.ndarray, fp32_pred: np.ndarray, int8_pred:
     result = bootstrap((per_sample,), np.mean, n_resamples=resamples, confidence_level=CONFIDENCE,
                        method="percentile", vectorized=True, rng=np.random.default_rng(seed))
     low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
-    return DeltaInterval(float(per_sample.mean()), low, high, CONFIDENCE, resamples, seed, int(len(labels)))
+    return DeltaInterval(float(per_sample.mean()), low, high, CONFIDENCE, resamples, seed, len(labels))
 
 
-def _regression(policy: GatePolicy, int8: float | None, release: ReleaseBaseline | None) -> Criterion:
+def _regression(policy: GatePolicy, int8: float | None, release: ReleaseBaseline | None, runtime: str) -> Criterion:
     name, unit, limit = RELEASE_REGRESSION, "pts", policy.max_release_regression
     if release is None:
         return _not_applicable(name, limit, "<=", unit, "no release version yet, nothing to compare with")
@@ -143,18 +165,22 @@ def _regression(policy: GatePolicy, int8: float | None, release: ReleaseBaseline
         return _criterion(name, None, limit, "<=", unit,
                           f"release {release.version}'s INT8 top-1 is unusable: {release.problem or 'missing'}")
     measured = None if int8 is None else release.int8_top1_pct - int8
+    # Runtimes agree on accuracy to a few samples, but a reader should see when the two numbers differ in kind.
+    elsewhere = release.runtime not in ("", runtime)
+    other = f", measured in {release.runtime}, this version in {runtime}" if elsewhere else ""
     return _criterion(name, measured, limit, "<=", unit,
-                      f"vs release {release.version} (INT8 {release.int8_top1_pct:.2f} %)")
+                      f"vs release {release.version} (INT8 {release.int8_top1_pct:.2f} %{other})")
 
 
-def _interval(policy: GatePolicy, interval: DeltaInterval | None) -> Criterion:
-    name, threshold = "delta_ci95_low_pts", 0.0 - policy.max_accuracy_drop  # 0.0 - x: never "-0"
+def _interval(policy: GatePolicy, interval: DeltaInterval | None, name: str = "delta_ci95_low_pts",
+              missing: str = "") -> Criterion:
+    threshold = 0.0 - policy.max_accuracy_drop  # 0.0 - x: never "-0"
     low = None if interval is None else interval.low_pts
     if not policy.require_ci_within_drop:
         return _not_applicable(name, threshold, ">=", "pts", "informational: gate.require_ci_within_drop is false",
                                low if low is not None and math.isfinite(low) else None)
     return _criterion(name, low, threshold, ">=", "pts",
-                      "" if interval is not None else "no paired predictions to bootstrap")
+                      "" if interval is not None else missing or "no paired predictions to bootstrap")
 
 
 def _speedup_note(metrics: dict) -> str:
@@ -174,28 +200,81 @@ def _search(search: dict) -> Criterion:
     return Criterion("search_validation", 1.0 if passed else 0.0, 1, ">=", "passed", passed, note=note)
 
 
+def _runtime_criteria(policy: GatePolicy, runtime: str, primary: str, metrics: dict | None,
+                      interval: DeltaInterval | None) -> dict[str, Criterion]:
+    """The criteria every runtime is judged by, named for `runtime`; all fail closed without its metrics."""
+    def name(base: str) -> str:
+        return criterion_name(runtime, primary, base)
+
+    missing = "" if metrics is not None else (f"the evaluation has no metrics for {runtime}, "
+                                             "which evaluate.runtimes lists")
+    measured = metrics or {}
+    fp32, int8 = _number(measured, "fp32_top1_pct"), _number(measured, "int8_top1_pct")
+    drop = None if fp32 is None or int8 is None else fp32 - int8
+    forms = ("" if runtime == primary or not measured.get(INT8_MODEL) else
+             f"{measured.get(LIBRARY, runtime)}: {measured.get(INT8_MODEL)} vs {measured.get(FP32_MODEL, 'FP32')}")
+    return {
+        "accuracy_drop_pts": _criterion(name("accuracy_drop_pts"), drop, policy.max_accuracy_drop, "<=", "pts",
+                                        missing or forms),
+        "agreement": _criterion(name("agreement"), _number(measured, "agreement"), policy.min_agreement, ">=",
+                                "fraction", missing),
+        "int8_top1_pct": _criterion(name("int8_top1_pct"), int8, policy.min_int8_accuracy, ">=", "%", missing),
+        "delta_ci95_low_pts": _interval(policy, interval, name("delta_ci95_low_pts"), missing),
+        "speedup": _criterion(name("speedup"), _number(measured, "speedup_int8_vs_fp32"), policy.min_speedup, ">=",
+                              "x", missing or _speedup_note(measured)),
+    }
+
+
+def _primary_problems(metrics: dict, primary: str) -> list[str]:
+    """Why the top-level metrics may not be the primary runtime's, which the criteria without prefix judge."""
+    recorded = metrics.get(PRIMARY_RUNTIME)
+    if isinstance(recorded, str) and recorded != primary:
+        return [f"the evaluation's top-level metrics are {recorded}'s, not those of {primary}, the primary runtime"]
+    entry = runtime_entry(metrics, primary)
+    return [f"{key} {metrics[key]!r} differs from {primary}'s own entry ({entry[key]!r})"
+            for key in JUDGED if entry and key in entry and key in metrics and entry[key] != metrics[key]]
+
+
+def judged_runtimes(metrics: dict, runtimes: tuple[str, ...] = ()) -> tuple[tuple[str, ...], str]:
+    """The runtimes to judge (`runtimes`, else those the evaluation measured) and the primary one."""
+    listed = tuple(runtimes) or measured_runtimes(metrics)
+    primary = primary_runtime(listed)
+    return (primary, *(runtime for runtime in listed if runtime != primary)), primary
+
+
 def decide(policy: GatePolicy, metrics: dict, interval: DeltaInterval | None = None,
            release: ReleaseBaseline | None = None, stale: tuple[str, ...] = (),
-           search: dict | None = None) -> GateDecision:
+           search: dict | None = None, runtimes: tuple[str, ...] = (),
+           intervals: Mapping[str, DeltaInterval | None] | None = None) -> GateDecision:
     """Apply `policy` to the evaluation metrics, the delta's interval, the release baseline and staleness,
-    and, when the INT8 model came from a search (`search`: its summary), to the search's verdict."""
-    fp32, int8 = _number(metrics, "fp32_top1_pct"), _number(metrics, "int8_top1_pct")
-    drop = None if fp32 is None or int8 is None else fp32 - int8
+    and, when the INT8 model came from a search (`search`: its summary), to the search's verdict.
+
+    Every runtime in `runtimes` (evaluate.runtimes; default: those the metrics hold, else onnxruntime) is
+    judged by the same criteria; the primary runtime's keep their plain names and are the only ones
+    compared with the release. `interval` is the primary runtime's, `intervals` any runtime's.
+    """
+    listed, primary = judged_runtimes(metrics, runtimes)
+    intervals = {**(intervals or {}), **({primary: interval} if interval is not None else {})}
+    stale = (*stale, *_primary_problems(metrics, primary))
+    own = _runtime_criteria(policy, primary, primary, metrics, intervals.get(primary))
+    others = [criterion for runtime in listed[1:] for criterion in _runtime_criteria(
+        policy, runtime, primary, runtime_metrics(metrics, runtime, primary), intervals.get(runtime)).values()]
     criteria = (
-        _criterion("accuracy_drop_pts", drop, policy.max_accuracy_drop, "<=", "pts"),
-        _criterion("agreement", _number(metrics, "agreement"), policy.min_agreement, ">=", "fraction"),
-        _criterion("int8_top1_pct", int8, policy.min_int8_accuracy, ">=", "%"),
-        _interval(policy, interval),
-        _regression(policy, int8, release),
+        own["accuracy_drop_pts"], own["agreement"], own["int8_top1_pct"], own["delta_ci95_low_pts"],
+        _regression(policy, _number(metrics, "int8_top1_pct"), release, primary),
         _criterion("stale_evidence", float(len(stale)), 0, "<=", "problems", "; ".join(stale)),
-        _criterion("speedup", _number(metrics, "speedup_int8_vs_fp32"), policy.min_speedup, ">=", "x",
-                   _speedup_note(metrics)),
+        own["speedup"],
+        *others,
         *((_search(search),) if search is not None else ()),
     )
+    verdicts = runtime_verdicts([asdict(criterion) for criterion in criteria], listed, primary)
     evidence = {
-        "delta_interval": None if interval is None else asdict(interval),
+        "delta_interval": None if intervals.get(primary) is None else asdict(intervals[primary]),
         "release_baseline": None if release is None else asdict(release),
         "stale_problems": list(stale),
+        PRIMARY_RUNTIME: primary,
+        RUNTIMES: {runtime: {**verdict, "delta_interval": None if intervals.get(runtime) is None
+                             else asdict(intervals[runtime])} for runtime, verdict in verdicts.items()},
     }
     return GateDecision(all(criterion.passed for criterion in criteria), criteria, evidence)
 
@@ -219,18 +298,28 @@ def _check_predictions(predictions_file: Path, metrics: dict, policy: GatePolicy
     return interval, problems
 
 
-def gate(policy: GatePolicy, evaluation_metrics: dict, out_dir: Path, predictions_file: Path | None = None,
-         release: ReleaseBaseline | None = None, stale: tuple[str, ...] = (), search: dict | None = None) -> GateDecision:
+def gate(policy: GatePolicy, evaluation_metrics: dict, out_dir: Path,
+         predictions: Path | Mapping[str, Path | None] | None = None, release: ReleaseBaseline | None = None,
+         stale: tuple[str, ...] = (), search: dict | None = None) -> GateDecision:
     """Decide and write the decision with the policy to `out_dir/gate.json`.
 
-    `predictions_file` is the evaluate stage's predictions.npz (labels, fp32_pred, int8_pred),
-    `release` the current release's INT8 top-1 (None when there is no release), `stale` the
-    reasons, found by the caller, why the metrics may not belong to this version's inputs, and
-    `search` the quantize stage's search summary when quantize.strategy is 'search'.
+    `predictions` is the evaluate stage's predictions.npz (labels, fp32_pred, int8_pred) of the primary
+    runtime, or {runtime: predictions file or None} for every runtime evaluate.runtimes lists (the
+    runtimes judged, in order); `release` the current release's INT8 top-1 (None when there is no
+    release), `stale` the reasons, found by the caller, why the metrics may not belong to this
+    version's inputs, and `search` the quantize stage's search summary when quantize.strategy is 'search'.
     """
-    interval, problems = (None, []) if predictions_file is None else _check_predictions(
-        Path(predictions_file), evaluation_metrics, policy)
-    decision = decide(policy, evaluation_metrics, interval, release, (*stale, *problems), search)
+    listed = tuple(predictions) if isinstance(predictions, Mapping) else ()
+    runtimes, primary = judged_runtimes(evaluation_metrics, listed)
+    files = dict(predictions) if isinstance(predictions, Mapping) else {primary: predictions}
+    intervals, problems = {}, []
+    for runtime, predictions_file in files.items():
+        if predictions_file is None:
+            continue
+        measured = runtime_metrics(evaluation_metrics, runtime, primary) or {}
+        intervals[runtime], found = _check_predictions(Path(predictions_file), measured, policy)
+        problems += found if runtime == primary else [f"{runtime}: {problem}" for problem in found]
+    decision = decide(policy, evaluation_metrics, None, release, (*stale, *problems), search, runtimes, intervals)
     record = {**decision.as_dict(), "policy": policy.model_dump(mode="json")}
     (Path(out_dir) / GATE_FILE).write_text(json.dumps(record, sort_keys=True, indent=2, allow_nan=False) + "\n")
     return decision

@@ -5,5 +5,6 @@ from quantgate.stages.shared.lazy import lazy_exports
 
 __getattr__, __all__ = lazy_exports(__name__, {
     "QuantizationError": "ptq", "QuantizeResult": "ptq", "calibration_batches": "ptq", "quantize": "ptq",
+    "quantize_with_data": "ptq",
     "search_quantization": "search",
 })

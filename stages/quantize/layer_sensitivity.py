@@ -175,6 +175,8 @@ class FallbackEstimator:
         return out_onnx
 
     def score(self, float_layers: Iterable[str]) -> dict:
+        """Validation scores with `float_layers` in FP32. No images are held here: `ValidationCheck` streams
+        the validation split batch by batch for every score."""
         with tempfile.TemporaryDirectory(prefix="quantgate-estimate-") as scratch:
             return self.check.score(self.model(float_layers, Path(scratch) / "estimate.onnx"))
 

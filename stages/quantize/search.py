@@ -54,17 +54,21 @@ log = logging.getLogger(__name__)
 
 
 def search_quantization(
-    config: QuantizeConfig, policy: GatePolicy, evaluate_config: EvaluateConfig, model_dir: Path, splits_path: Path,
-    out_dir: Path, cache: Cache | None = None,
+    config: QuantizeConfig, policy: GatePolicy, evaluate_config: EvaluateConfig, model_dir: Path, data_dir: Path,
+    out_dir: Path, cache: Cache | None = None, num_workers: int = 0,
 ) -> QuantizeResult:
     """Run the search and write the kept PaddleSlim model and `search.json` to `out_dir`.
+
+    `data_dir`: the data stage's folder; its calibration and validation splits are streamed, decoded by
+    `num_workers` processes for image folders (0: in this process).
 
     Raises:
         QuantizationError / ConversionError: a calibration or conversion failed outright.
         ValueError: the validation split is empty.
+        DataError: `data_dir` is not a data stage's output, or an image changed since the data stage.
     """
     with tempfile.TemporaryDirectory(prefix="quantgate-search-") as scratch:
-        runner = TrialRunner(config, policy, evaluate_config, model_dir, splits_path, Path(scratch), cache)
+        runner = TrialRunner(config, policy, evaluate_config, model_dir, data_dir, Path(scratch), cache, num_workers)
         outcome = _run(runner)
         kept = kept_trial(runner.trials)
         for name in (MODEL_FILE, PARAMS_FILE):

@@ -18,15 +18,13 @@ from importlib.metadata import version as installed_version
 from pathlib import Path
 from typing import Protocol
 
-import numpy as np
-
 from quantgate.config import EvaluateConfig, GatePolicy, QuantizeConfig, QuantizeRecipe
 from quantgate.stages.convert.onnx_export import to_onnx
-from quantgate.stages.data.splits import load_splits
+from quantgate.stages.data.reading import open_data
 from quantgate.stages.evaluate.latency import measure
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.quantize.layer_sensitivity import lowered_model
-from quantgate.stages.quantize.ptq import QuantizationError, quantize_with_images
+from quantgate.stages.quantize.ptq import QuantizationError, quantize_with_data
 from quantgate.stages.quantize.validation_check import ValidationCheck, policy_failures
 from quantgate.stages.shared.progress import live
 
@@ -103,28 +101,29 @@ class TrialRunner:
     """One search's trials: its budget, the trials run so far, and the calibrations they can reuse."""
 
     def __init__(self, config: QuantizeConfig, policy: GatePolicy, evaluate_config: EvaluateConfig,
-                 model_dir: Path, splits_path: Path, scratch: Path, cache: Cache | None):
+                 model_dir: Path, data_dir: Path, scratch: Path, cache: Cache | None, num_workers: int = 0):
         self.config, self.policy, self.budget = config, policy, config.search
         self.model_dir, self.scratch, self.cache = Path(model_dir), scratch, cache
         self.started = time.monotonic()
         self.trials: list[Trial] = []
         self.failed_recipes: list[dict] = []  # recipes PaddleSlim (or the conversion) could not run
-        splits = load_splits(splits_path)
-        self.calibration_images = splits.x_calibration
+        # Calibration and validation images are streamed from the data stage's folder by every trial;
+        # only the latency batch is held.
+        self.data, self.num_workers = open_data(data_dir), num_workers
         self.fp32_onnx = scratch / "fp32.onnx"
         to_onnx(self.model_dir / MODEL_FILE, self.model_dir / PARAMS_FILE, self.fp32_onnx)
-        self.check = ValidationCheck(self.fp32_onnx, splits.x_validation, splits.y_validation,
-                                     evaluate_config.threads, evaluate_config.batch_size)
-        self.latency_batch = splits.x_validation[: evaluate_config.batch_size]
+        self.check = ValidationCheck(self.fp32_onnx, self.data, evaluate_config.threads, evaluate_config.batch_size,
+                                     num_workers)
+        self.latency_batch = self.data.array("validation", limit=evaluate_config.batch_size)[0]
         self.threads = evaluate_config.threads
+        # The splits' digests stand for their pixels: rows, file hashes and transforms decide them.
         self.inputs_digest = content_digest(
             _files_digest(self.model_dir / MODEL_FILE, self.model_dir / PARAMS_FILE),
-            np.ascontiguousarray(self.calibration_images).tobytes(),
+            self.data.split_digest("calibration"),
             {library: installed_version(library) for library in ("paddlepaddle", "paddleslim", "paddle2onnx")},
         )
         self._calibrated: dict[str, Path] = {}  # this search's calibrations, by digest
-        self.validation_digest = content_digest(np.ascontiguousarray(splits.x_validation).tobytes(),
-                                                np.ascontiguousarray(splits.y_validation).tobytes())
+        self.validation_digest = content_digest(self.data.split_digest("validation"))
 
     # -- budget ---------------------------------------------------------------------------
 
@@ -167,8 +166,8 @@ class TrialRunner:
         return folder, digest, False
 
     def _run_paddleslim(self, settings: QuantizeConfig, folder: Path, allow_float: bool = False) -> None:
-        result = quantize_with_images(settings, self.model_dir, MODEL_FILE, PARAMS_FILE, self.calibration_images,
-                                      folder, allow_float=allow_float)
+        result = quantize_with_data(settings, self.model_dir, MODEL_FILE, PARAMS_FILE, self.data, folder,
+                                    num_workers=self.num_workers, allow_float=allow_float)
         (folder / CALIBRATION_METRICS).write_text(json.dumps(result.metrics, sort_keys=True, indent=2) + "\n")
 
     def run_trial(self, phase: str, recipe_settings: QuantizeConfig, float_layers: tuple[str, ...]) -> Trial:

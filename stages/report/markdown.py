@@ -9,8 +9,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantgate.stages.report.outputs import PER_CLASS_PLOT, REPORT_FILE, TRAINING_PLOT
-from quantgate.stages.report.plots import per_class_plot, training_plot
+from quantgate.stages.report.outputs import PER_CLASS_PLOT, REPORT_FILE, RUNTIMES_PLOT, TRAINING_PLOT
+from quantgate.stages.report.plots import per_class_plot, runtimes_plot, training_plot
+from quantgate.stages.report.runtimes import cpu_line, latency_by_runtime, primary_of, runtimes_table
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ def _comparison_table(evaluation: dict, gate_record: dict) -> list[str]:
           f"(paired bootstrap, {interval.get('resamples')} resamples)") if interval else ", no interval"
     speedup = e.get("speedup_int8_vs_fp32")
     return [
-        f"## FP32 vs INT8 (onnxruntime, {e.get('test_samples', 'n/a')} test samples)",
+        f"## FP32 vs INT8 ({primary_of(e)}, {e.get('test_samples', 'n/a')} test samples)",
         "",
         "| | FP32 | INT8 | INT8 vs FP32 |",
         "|---|---:|---:|---|",
@@ -143,6 +144,9 @@ def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metri
                "The gate failed: `release` does not move to this version; it is kept for inspection.")
     lines = [f"# {title}: gate {'PASSED' if passed else 'FAILED'}", "", outcome, ""]
     lines += _comparison_table(evaluation, gate_record) + [""]
+    lines += [*cpu_line(evaluation), ""] if cpu_line(evaluation) else []
+    side_by_side = runtimes_table(evaluation, gate_record)
+    lines += [*side_by_side, "", f"![Latency per runtime, FP32 vs INT8]({RUNTIMES_PLOT})", ""] if side_by_side else []
     lines += _gate_table(gate_record) + [""]
     lines += [*_search_lines(search), ""] if search else []
     lines += _per_class_table(evaluation) + [""]
@@ -153,7 +157,7 @@ def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metri
 
 def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict, steps_csv: Path,
            where: dict[str, str], out_dir: Path, search: dict | None = None) -> ReportResult:
-    """Write report.md, training.png and per_class.png into `out_dir`.
+    """Write report.md, training.png, per_class.png and, for several runtimes, runtimes.png into `out_dir`.
 
     Raises:
         ValueError: the training steps are empty or unreadable.
@@ -162,6 +166,10 @@ def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict,
     training_plot(Path(steps_csv), out_dir / TRAINING_PLOT, f"{title}: training loss and loss scale")
     per_class_plot(evaluation.get("per_class_top1_pct_fp32") or [], evaluation.get("per_class_top1_pct_int8") or [],
                    out_dir / PER_CLASS_PLOT, f"{title}: top-1 per class, FP32 vs INT8")
+    plots = [TRAINING_PLOT, PER_CLASS_PLOT]
+    latency = latency_by_runtime(evaluation, gate_record)
+    if len(latency) > 1:
+        runtimes_plot(latency, out_dir / RUNTIMES_PLOT, f"{title}: median latency per runtime")
+        plots.append(RUNTIMES_PLOT)
     (out_dir / REPORT_FILE).write_text(render_markdown(title, evaluation, gate_record, train_metrics, where, search))
-    return ReportResult(REPORT_FILE, (TRAINING_PLOT, PER_CLASS_PLOT),
-                        {"report_file": REPORT_FILE, "plots": [TRAINING_PLOT, PER_CLASS_PLOT]})
+    return ReportResult(REPORT_FILE, tuple(plots), {"report_file": REPORT_FILE, "plots": plots})

@@ -1,4 +1,4 @@
-"""PNG plots of one version: training trajectory and per-class accuracy FP32 vs INT8.
+"""PNG plots of one version: training trajectory, per-class accuracy FP32 vs INT8 and latency per runtime.
 
 matplotlib's object API (Figure + its Agg canvas) draws without pyplot, so there is no global
 figure state and no display is needed on a headless worker.
@@ -91,5 +91,29 @@ def per_class_plot(fp32_pct: list[float], int8_pct: list[float], out_file: Path,
     changed = int(np.sum(np.isfinite(fp32) & np.isfinite(int8) & (fp32 != int8)))
     axes.text(0.0, 1.01, f"{changed} of {len(classes)} classes differ; INT8 - FP32 (pts) above the bars",
               transform=axes.transAxes, fontsize=8, color="0.35", va="bottom")
+    figure.legend(loc="outside upper right", ncol=2)
+    figure.savefig(out_file)
+
+
+def runtimes_plot(latency: dict[str, tuple], out_file: Path, title: str) -> None:
+    """Median latency per runtime, FP32 next to INT8, with the INT8 speed-up above each pair."""
+    names = list(latency)
+    fp32 = np.array([math.nan if latency[n][0] is None else latency[n][0] for n in names], dtype=float)
+    int8 = np.array([math.nan if latency[n][1] is None else latency[n][1] for n in names], dtype=float)
+    figure = Figure(figsize=(8, 4.5), dpi=DPI, layout="constrained")
+    axes = figure.subplots()
+    where, width = np.arange(len(names)), 0.38
+    axes.bar(where - width / 2, fp32, width, label="FP32", color=FP32_COLOR)
+    axes.bar(where + width / 2, int8, width, label="INT8", color=INT8_COLOR)
+    for k, (a, b) in enumerate(zip(fp32, int8)):
+        if np.isfinite(a) and np.isfinite(b) and b > 0:
+            axes.text(k, max(a, b) * 1.02, f"{a / b:.2f}x", ha="center", va="bottom", fontsize=9,
+                      color="#55A868" if a > b else "#C44E52")
+    axes.set_xticks(where, names)
+    axes.set_ylabel("latency p50 (ms per batch)")
+    measured = np.concatenate([fp32, int8])
+    axes.set_ylim(0, (np.nanmax(measured) if np.isfinite(measured).any() else 1.0) * 1.15)  # room for the labels
+    axes.grid(axis="y", alpha=0.3)
+    figure.suptitle(title, fontsize=11)
     figure.legend(loc="outside upper right", ncol=2)
     figure.savefig(out_file)

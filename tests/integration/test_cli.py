@@ -118,3 +118,26 @@ def test_commands_other_than_run_create_no_store_at_a_mistyped_path(home, tmp_pa
     assert wrong.returncode == 2, wrong.stderr
     assert f"{elsewhere} is not an artifact store: it holds images" in wrong.stderr
     assert sorted(os.listdir(elsewhere)) == ["images"] and os.listdir(elsewhere / "images") == []
+
+
+def test_versions_shows_each_runtimes_verdict_side_by_side(tmp_path, capsys):
+    from quantgate.artifacts import ArtifactStore
+
+    store = ArtifactStore(tmp_path / "store")
+    numbers = {"fp32_top1_pct": 97.5, "int8_top1_pct": 97.0, "accuracy_delta_pts": -0.5, "speedup_int8_vs_fp32": 1.8}
+    runtimes = {"onnxruntime": {**numbers, "passed": True, "failed": []},
+                "openvino": {**numbers, "int8_top1_pct": 97.2, "speedup_int8_vs_fp32": 2.5, "passed": True, "failed": []},
+                "paddle_inference": {**numbers, "int8_top1_pct": 94.0, "passed": False,
+                                     "failed": ["paddle_inference.accuracy_drop_pts"]}}
+    for record in ({"status": "passed", "metrics": numbers, "runtimes": {"onnxruntime": runtimes["onnxruntime"]}},
+                   {"status": "failed", "metrics": numbers, "runtimes": runtimes}):
+        store.finalize_version(store.create_version("m"), record)
+    assert cli.main(["versions", "--store", str(store.root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and lines[1].split()[:3] == ["m", "v1", "passed"]  # one runtime: one line, as before
+    assert lines[2].split()[:3] == ["m", "v2", "failed"]
+    assert lines[3].split("runtimes: ")[1] == ("onnxruntime passed 97.00 % 1.80x | openvino passed 97.20 % 2.50x | "
+                                               "paddle_inference FAILED 94.00 % 1.80x")
+    assert cli.main(["versions", "--store", str(store.root), "--json"]) == 0
+    listed = {entry["version"]: entry for entry in json.loads(capsys.readouterr().out)}
+    assert listed["v2"]["runtimes"]["paddle_inference"]["failed"] == ["paddle_inference.accuracy_drop_pts"]

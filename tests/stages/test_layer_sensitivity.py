@@ -6,9 +6,9 @@ import pytest
 
 from quantgate.config import QuantizeConfig
 from quantgate.stages.convert.paddle_quantization import quantized_layers
-from quantgate.stages.data.splits import load_splits
+from quantgate.stages.data import open_data
 from quantgate.stages.quantize.layer_sensitivity import FallbackEstimator, float_weights, lowered_model
-from quantgate.stages.quantize.ptq import quantize_with_images
+from quantgate.stages.quantize.ptq import quantize_with_data
 from quantgate.stages.quantize.validation_check import ValidationCheck
 
 
@@ -21,12 +21,12 @@ def logits(onnx_file, images):
 def calibrations(stage_dirs, tmp_path_factory):
     """PaddleSlim on the tiny pipeline's model: nothing skipped, every layer skipped, the logits layer skipped."""
     root = tmp_path_factory.mktemp("sensitivity")
-    images = load_splits(stage_dirs.splits).x_calibration
+    data = open_data(stage_dirs.data)
 
     def calibrate(name, skip):
         (root / name).mkdir()
-        quantize_with_images(QuantizeConfig(strategy="single", skip_tensors=skip), stage_dirs.export, "model.pdmodel",
-                             "model.pdiparams", images, root / name, allow_float=True)
+        quantize_with_data(QuantizeConfig(strategy="single", skip_tensors=skip), stage_dirs.export, "model.pdmodel",
+                           "model.pdiparams", data, root / name, allow_float=True)
         return root / name
 
     base = calibrate("base", ())
@@ -37,13 +37,13 @@ def calibrations(stage_dirs, tmp_path_factory):
 
 def test_the_estimate_of_a_fall_back_predicts_what_the_real_paddleslim_skip_does(calibrations, stage_dirs):
     root, base, raw, layers, all_float, logits_float = calibrations
-    splits = load_splits(stage_dirs.splits)
-    check = ValidationCheck(stage_dirs.convert / "fp32.onnx", splits.x_validation, splits.y_validation, 2, 64)
+    data = open_data(stage_dirs.data)
+    check = ValidationCheck(stage_dirs.convert / "fp32.onnx", data, 2, 64)
     estimator = FallbackEstimator(raw, base, float_weights(all_float), check, layers)
     assert layers[-1] in estimator.float_weights  # the logits layer's fall-back can be assembled
     estimate = estimator.model([layers[-1]], root / "estimate.onnx")
     lowered_model(logits_float, root / "real.onnx")
-    images = splits.x_test
+    images = data.array("test")[0]
     estimated, real, quantized = (logits(path, images) for path in (estimate, root / "real.onnx", root / "base.onnx"))
     assert np.abs(estimated - real).max() <= 1e-4 * np.abs(real).max()  # the same model, to float rounding
     assert np.abs(estimated - quantized).max() > 1e-3 * np.abs(real).max()  # and not the quantized one

@@ -12,7 +12,7 @@ from quantgate.stages.convert.lower_int8 import lower_int8
 from quantgate.stages.convert.onnx_export import convert
 from quantgate.stages.convert.onnx_ops import runtime_op_counts
 from quantgate.stages.convert.paddle_quantization import read_paddle_quantization
-from quantgate.stages.data.splits import load_splits
+from quantgate.stages.data import open_data
 from quantgate.stages.quantize.ptq import quantize
 
 
@@ -58,7 +58,7 @@ def test_lowered_model_predicts_like_paddle2onnx_int8_on_the_test_split(stage_di
 
 
 def test_without_folding_the_lowering_reproduces_paddle2onnx_arithmetic(stage_dirs, tmp_path):
-    images = load_splits(stage_dirs.splits).x_test
+    images = open_data(stage_dirs.data).array("test")[0]
     metrics = lower_int8(stage_dirs.convert / "int8_paddle2onnx.onnx", tmp_path / "exact.onnx",
                          fold_activations=False).metrics
     assert metrics["folded_activations"] == 0
@@ -74,12 +74,12 @@ def test_a_layer_paddleslim_left_float_still_converts_and_runs(stage_dirs, tmp_p
     (tmp_path / "quantize").mkdir()
     (tmp_path / "convert").mkdir()
     quantize(QuantizeConfig(batch_nums=2, skip_tensors=(first_conv_weight,)), stage_dirs.export,
-             "model.pdmodel", "model.pdiparams", stage_dirs.splits, tmp_path / "quantize")
+             "model.pdmodel", "model.pdiparams", stage_dirs.data, tmp_path / "quantize")
     result = convert(stage_dirs.export, tmp_path / "quantize", "model.pdmodel", "model.pdiparams", tmp_path / "convert")
     runtime = result.metrics["int8"]["after_onnxruntime_optimization"]["ops"]
     assert runtime.get("QLinearConv") == 2 and runtime.get("Conv", 0) + runtime.get("FusedConv", 0) == 1
     assert runtime.get("MatMulIntegerToFloat") == 1
-    images = load_splits(stage_dirs.splits).x_test
+    images = open_data(stage_dirs.data).array("test")[0]
     lowered, fp32 = run(tmp_path / "convert" / "int8.onnx", images), run(tmp_path / "convert" / "fp32.onnx", images)
     assert np.mean(lowered.argmax(axis=1) == fp32.argmax(axis=1)) >= 0.95
 
@@ -98,7 +98,7 @@ def test_an_inner_layer_paddleslim_left_float_is_fp32_in_onnxruntime(stage_dirs,
     (tmp_path / "quantize").mkdir()
     (tmp_path / "convert").mkdir()
     quantize(QuantizeConfig(batch_nums=2, skip_tensors=(second_conv_weight,)), stage_dirs.export,
-             "model.pdmodel", "model.pdiparams", stage_dirs.splits, tmp_path / "quantize")
+             "model.pdmodel", "model.pdiparams", stage_dirs.data, tmp_path / "quantize")
     result = convert(stage_dirs.export, tmp_path / "quantize", "model.pdmodel", "model.pdiparams", tmp_path / "convert")
     assert result.metrics["int8"]["float_layers"] == [second_conv_weight]
     lowered = onnx.load(str(tmp_path / "convert" / "int8.onnx")).graph
@@ -109,6 +109,6 @@ def test_an_inner_layer_paddleslim_left_float_is_fp32_in_onnxruntime(stage_dirs,
     assert producers[float_conv.input[0]].op_type != "DequantizeLinear"  # reads the float tensor itself
     runtime = result.metrics["int8"]["after_onnxruntime_optimization"]["ops"]
     assert runtime.get("QLinearConv") == 1  # the third; the first now feeds only a float layer, so its output is float
-    images = load_splits(stage_dirs.splits).x_test
+    images = open_data(stage_dirs.data).array("test")[0]
     lowered_logits, fp32 = run(tmp_path / "convert" / "int8.onnx", images), run(tmp_path / "convert" / "fp32.onnx", images)
     assert np.mean(lowered_logits.argmax(axis=1) == fp32.argmax(axis=1)) >= 0.95

@@ -2,7 +2,7 @@ import onnx
 import pytest
 
 from quantgate.config import QuantizeConfig
-from quantgate.stages.quantize.ptq import QuantizationError, quantize
+from quantgate.stages.quantize.ptq import QuantizationError, calibration_batches, quantize
 
 
 def test_paddleslim_inserted_int8_quantization(stage_dirs):
@@ -15,8 +15,13 @@ def test_paddleslim_inserted_int8_quantization(stage_dirs):
 def test_too_few_calibration_samples_is_a_clear_error(stage_dirs, tmp_path):
     config = QuantizeConfig(batch_size=32, batch_nums=100)
     with pytest.raises(QuantizationError, match="needs 3200 calibration samples.*has 270.*lower quantize.batch_nums"):
-        quantize(config, stage_dirs.export, "model.pdmodel", "model.pdiparams", stage_dirs.splits, tmp_path)
+        quantize(config, stage_dirs.export, "model.pdmodel", "model.pdiparams", stage_dirs.data, tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_calibration_split_is_a_clear_error():
+    with pytest.raises(QuantizationError, match="calibration split is empty; raise data.calibration_fraction"):
+        calibration_batches(0, QuantizeConfig())
 
 
 def test_both_onnx_models_pass_the_checker_and_int8_carries_qdq(stage_dirs):

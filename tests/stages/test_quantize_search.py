@@ -17,7 +17,7 @@ import pytest
 
 from quantgate.artifacts.cache import ContentCache
 from quantgate.config import EvaluateConfig, GatePolicy, QuantizeConfig
-from quantgate.stages.data.splits import load_splits
+from quantgate.stages.data import open_data
 from quantgate.stages.export.inference_model import export
 from quantgate.stages.gate.decision import decide
 from quantgate.stages.quantize.outputs import SEARCH_FILE
@@ -42,13 +42,13 @@ def broken_export(stage_dirs, tmp_path_factory):
     conv = weights["features.6.weight"]
     conv[:, CHANNEL] = OUTLIER * np.abs(conv).max()  # reads only zeros
     np.savez(folder / "weights.npz", **weights)
-    splits = load_splits(stage_dirs.splits)
-    model = build_model("digits_cnn", splits.num_classes, splits.input_shape)
+    data = open_data(stage_dirs.data)
+    model = build_model("digits_cnn", data.num_classes, data.input_shape)
     model.set_state_dict({name: paddle.to_tensor(array) for name, array in weights.items()})
     model.eval()
-    np.save(folder / "reference_logits.npy", model(paddle.to_tensor(splits.x_test)).numpy())
+    np.save(folder / "reference_logits.npy", model(paddle.to_tensor(data.array("test")[0])).numpy())
     (folder / "export").mkdir()
-    export(folder / "weights.npz", folder / "reference_logits.npy", stage_dirs.splits, "digits_cnn", folder / "export")
+    export(folder / "weights.npz", folder / "reference_logits.npy", stage_dirs.data, "digits_cnn", folder / "export")
     return folder / "export"
 
 
@@ -63,7 +63,7 @@ def third_conv_weight(export_dir) -> str:
 def run_search(broken_export, stage_dirs, out, cache=None, policy=STRICT, **search):
     config = QuantizeConfig(search={"recipes": RECIPES, "latency_repeats": 3, **search})
     out.mkdir()
-    return search_quantization(config, policy, EVALUATE, broken_export, stage_dirs.splits, out, cache)
+    return search_quantization(config, policy, EVALUATE, broken_export, stage_dirs.data, out, cache)
 
 
 @pytest.fixture(scope="module")

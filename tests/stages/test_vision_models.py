@@ -53,7 +53,7 @@ def run_pipeline(architecture, images, root):
     dirs = {name: root / name for name in ("data", "train", "export", "quantize", "convert", "evaluate", "gate")}
     for folder in dirs.values():
         folder.mkdir()
-    splits = dirs["data"] / "splits.npz"
+    splits = dirs["data"]  # the data stage's folder: the later stages stream its files
     results = {"data": data.prepare_data(config.data, dirs["data"])}
     results["train"] = train.train(config.train, splits, dirs["train"])
     results["export"] = export.export(dirs["train"] / "weights.npz", dirs["train"] / "reference_logits.npy", splits,
