@@ -41,6 +41,7 @@ from quantgate.flows.tasks import (
 from quantgate.flows.trust import check_trusted_factory, running_from_deployment
 from quantgate.settings import resolve_store_root
 from quantgate.stages.data.outputs import FINGERPRINT, PREPROCESSING
+from quantgate.stages.evaluate import check_runtimes
 from quantgate.stages.evaluate.outputs import HEADLINE_METRICS, INT8_TOP1
 from quantgate.stages.gate import Criterion, decide
 from quantgate.stages.gate.outputs import PASSED, RELEASE_REGRESSION
@@ -186,6 +187,7 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
         UntrustedFactory: a run from a deployment names a `module:factory` the worker does not trust.
     """
     check_trusted_factory(config.train.architecture, running_from_deployment())  # before anything imports it
+    check_runtimes(config.evaluate.runtimes)  # a runtime that is not installed fails now, not after training
     root = str(resolve_store_root(store))
     artifact_store = ArtifactStore(root)
     resume_from = resume_checkpoint(artifact_store, config.model_name, resume)  # before a version exists
@@ -204,7 +206,8 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
             refs["quantize"] = quantize_task(root, version, config.quantize, refs["export"], refs["data"], reuse,
                                              config.gate, config.evaluate, workers)
             refs["convert"] = convert_task(root, version, refs["export"], refs["quantize"], reuse)
-            refs["evaluate"] = evaluate_task(root, version, config.evaluate, refs["convert"], refs["data"], workers)
+            refs["evaluate"] = evaluate_task(root, version, config.evaluate, refs["convert"], refs["data"], workers,
+                                             refs["export"], refs["quantize"])
             baseline = release_baseline_task(root, config.model_name)
             refs["gate"] = gate_task(root, version, config.gate, refs["evaluate"], baseline, refs["quantize"])
             refs["report"] = report_task(root, version, refs["train"], refs["evaluate"], refs["gate"],

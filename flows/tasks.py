@@ -243,14 +243,20 @@ def convert_task(store_root: str, version: VersionRef, exported: StageRef, quant
 @task(name="evaluate", **STAGE_TASK)
 def evaluate_task(
     store_root: str, version: VersionRef, config: EvaluateConfig, converted: StageRef, data: StageRef,
-    num_workers: int = 0,
+    num_workers: int = 0, exported: StageRef | None = None, quantized: StageRef | None = None,
 ) -> StageRef:
-    """FP32 vs INT8 in onnxruntime on the test split (never reused: latency belongs to this run's machine)."""
+    """FP32 vs INT8 in every listed runtime on the test split (never reused: latency belongs to this run's machine).
+
+    Paddle Inference runs the Paddle models themselves: the exported FP32 and PaddleSlim's INT8 program.
+    """
+    paddle_inputs = {"export": exported, "quantize": quantized} if exported is not None and quantized is not None else {}
     return run_stage(
-        store_root, version, "evaluate", config.model_dump(mode="json"), {"convert": converted, "data": data},
+        store_root, version, "evaluate", config.model_dump(mode="json"),
+        {"convert": converted, "data": data, **paddle_inputs},
         lambda dirs, out: evaluate(
             config, dirs["convert"] / FP32_FILE, dirs["convert"] / INT8_FILE, dirs["data"], out,
             paddle2onnx_int8_onnx=dirs["convert"] / PADDLE2ONNX_INT8_FILE, num_workers=num_workers,
+            paddle_fp32_dir=dirs.get("export"), paddle_int8_dir=dirs.get("quantize"),
         ),
         reuse=False,
     )

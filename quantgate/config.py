@@ -275,9 +275,29 @@ class QuantizeConfig(Section):
 
 
 class EvaluateConfig(Section):
-    batch_size: int = Field(64, ge=1, description="Samples per onnxruntime call when measuring accuracy and latency.")
-    threads: int = Field(2, ge=1, le=256, description="onnxruntime intra-op threads, fixed so latencies compare.")
+    runtimes: tuple[str, ...] = Field(
+        ("onnxruntime",), min_length=1,
+        description="Runtimes to evaluate and gate FP32 vs INT8 in (onnxruntime, openvino: pip install -e "
+        "'.[openvino]', paddle_inference: oneDNN); the top-level metrics are onnxruntime's when listed, else the first's.",
+    )
+    batch_size: int = Field(64, ge=1, description="Samples per runtime call when measuring accuracy and latency.")
+    threads: int = Field(
+        2, ge=1, le=256, description="Threads of every runtime (onnxruntime intra-op, OpenVINO inference, Paddle "
+        "Inference CPU math), fixed so latencies compare.",
+    )
     latency_repeats: int = Field(100, ge=3, le=10_000, description="Timed runs per model, in a process of their own; the median is reported.")
+
+    @field_validator("runtimes")
+    @classmethod
+    def _known_and_listed_once(cls, runtimes: tuple[str, ...]) -> tuple[str, ...]:
+        known = ("onnxruntime", "openvino", "paddle_inference")  # stages/evaluate/outputs.py RUNTIME_NAMES
+        unknown = [name for name in runtimes if name not in known]
+        if unknown:
+            raise ValueError(f"unknown runtime(s) {', '.join(map(repr, unknown))}; choose from {', '.join(known)}")
+        repeated = sorted({name for name in runtimes if runtimes.count(name) > 1})
+        if repeated:
+            raise ValueError(f"lists {', '.join(repeated)} more than once; name each runtime once")
+        return runtimes
 
 
 class GatePolicy(Section):
@@ -316,7 +336,7 @@ class PipelineConfig(Section):
     data: DataConfig = Field(default_factory=DataConfig, description="Dataset and split.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Training and AMP.")
     quantize: QuantizeConfig = Field(default_factory=QuantizeConfig, description="PaddleSlim post-training quantization.")
-    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="onnxruntime evaluation.")
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="FP32 vs INT8 evaluation in the listed runtimes.")
     gate: GatePolicy = Field(default_factory=GatePolicy, description="Release gate policy.")
 
     @model_validator(mode="after")

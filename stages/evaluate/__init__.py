@@ -1,8 +1,10 @@
-"""Evaluate stage: FP32 vs INT8 in onnxruntime on the test split, latency timed in a process of its own."""
+"""Evaluate stage: FP32 vs INT8 on the test split in each listed runtime (onnxruntime, OpenVINO, Paddle
+Inference), latency timed in a process of its own per runtime."""
 
 from quantgate.stages.evaluate.outputs import OUTPUTS as OUTPUTS
 from quantgate.stages.shared.lazy import lazy_exports
 
 __getattr__, __all__ = lazy_exports(__name__, {
-    "EvaluateResult": "accuracy", "evaluate": "accuracy", "predict": "accuracy",
+    "EvaluateResult": "accuracy", "evaluate": "accuracy", "NoInt8Kernels": "accuracy",
+    "RuntimeUnavailable": "forms", "check_runtimes": "forms", "cpu_record": "cpu",
 })

@@ -1,4 +1,4 @@
-"""Evaluate stage: FP32 and INT8 ONNX models side by side in onnxruntime on the test split."""
+"""Evaluate stage: FP32 and INT8 side by side on the test split, in every runtime evaluate.runtimes lists."""
 
 from __future__ import annotations
 
@@ -8,15 +8,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
 from quantgate.config import EvaluateConfig
 from quantgate.stages.data.reading import StoredData, open_data
-from quantgate.stages.evaluate.latency import measure, session
-from quantgate.stages.evaluate.outputs import PREDICTIONS_FILE
+from quantgate.stages.evaluate.cpu import cpu_record
+from quantgate.stages.evaluate.forms import ModelForm, Runner, check_runtimes, library, model_forms, open_runner
+from quantgate.stages.evaluate.latency import measure
+from quantgate.stages.evaluate.ort_forms import onnxruntime_int8_form
+from quantgate.stages.evaluate.outputs import ONNXRUNTIME, OPENVINO, primary_runtime, runtime_predictions_file
+from quantgate.stages.evaluate.summary import PADDLE2ONNX_INT8, Measured, stage_metrics
+from quantgate.stages.shared.errors import StageError
 from quantgate.stages.shared.progress import Progress
 
 log = logging.getLogger(__name__)
+
+class NoInt8Kernels(StageError):
+    """A runtime runs none of the INT8 model's convolutions and matmuls in INT8: its INT8 numbers would be FP32's."""
 
 
 @dataclass(frozen=True)
@@ -25,83 +32,95 @@ class EvaluateResult:
     metrics: dict
 
 
-def predict(model: ort.InferenceSession, images: np.ndarray, batch_size: int) -> np.ndarray:
-    name = model.get_inputs()[0].name
-    logits = [model.run(None, {name: images[i : i + batch_size]})[0] for i in range(0, len(images), batch_size)]
-    return np.concatenate(logits)
-
-
-def predict_split(models: dict[str, ort.InferenceSession], data: StoredData, split: str, batch_size: int,
-                  num_workers: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Labels and every model's logits on `split`, read once, batch by batch (each batch feeds all models)."""
-    labels, logits = [], {name: [] for name in models}
+def predict_split(runners: dict[tuple[str, str], Runner], data: StoredData, split: str, batch_size: int,
+                  num_workers: int) -> tuple[np.ndarray, dict[tuple[str, str], np.ndarray]]:
+    """Labels and every runner's logits on `split`, read once, batch by batch (each batch feeds all runners)."""
+    labels, logits = [], {name: [] for name in runners}
     progress = Progress(log, f"evaluate {split} batch", math.ceil(data.size(split) / batch_size), every_s=5.0)
     for step, (images, batch_labels) in enumerate(data.batches(split, batch_size, num_workers), start=1):
         labels.append(batch_labels)
-        for name, model in models.items():
-            logits[name].append(model.run(None, {model.get_inputs()[0].name: images})[0])
+        for name, run in runners.items():
+            logits[name].append(run(images))
         progress.step(step)
     return np.concatenate(labels), {name: np.concatenate(values) for name, values in logits.items()}
 
 
-def per_class_top1(labels: np.ndarray, predicted: np.ndarray, num_classes: int) -> list[float]:
-    return [float(100.0 * np.mean(predicted[labels == k] == k)) if np.any(labels == k) else float("nan")
-            for k in range(num_classes)]
+def checked_int8_ops(runtime: str, runner: Runner) -> dict:
+    """The INT8 model's convolution/matmul counts as `runtime` compiled it.
+
+    Raises:
+        NoInt8Kernels: none of them runs in INT8.
+    """
+    counts = runner.int8_ops()
+    if counts["int8"] == 0:
+        raise NoInt8Kernels(
+            f"{runtime} runs none of the {counts['total_conv_matmul']} convolutions/matmuls of the INT8 model "
+            f"({runner.form.description}) in INT8 ({counts}); its INT8 numbers would be FP32 numbers. Check that "
+            f"the quantize stage quantized these layers, or remove {runtime} from evaluate.runtimes")
+    return counts
 
 
 def evaluate(
     config: EvaluateConfig, fp32_onnx: Path, int8_onnx: Path, data_dir: Path, out_dir: Path,
-    paddle2onnx_int8_onnx: Path | None = None, num_workers: int = 0,
+    paddle2onnx_int8_onnx: Path | None = None, num_workers: int = 0, paddle_fp32_dir: Path | None = None,
+    paddle_int8_dir: Path | None = None,
 ) -> EvaluateResult:
-    """Top-1 of both models, their agreement, per-class accuracy, latency per batch, speedup and sizes.
+    """Per listed runtime: top-1 of both models, their agreement, per-class accuracy, latency per batch, speedup,
+    sizes and the INT8 kernels it really runs; the top-level metrics are the primary runtime's.
 
-    `paddle2onnx_int8_onnx`, when given, is paddle2onnx's own INT8 model (the same PaddleSlim scales
-    before lowering): its accuracy, agreement and latency are reported beside, for comparison.
+    `paddle2onnx_int8_onnx`, when given and onnxruntime is listed, is paddle2onnx's own INT8 model (the same
+    PaddleSlim scales before lowering): its onnxruntime accuracy, agreement and latency are reported beside.
+    `paddle_fp32_dir`, `paddle_int8_dir`: the export and quantize stage folders (needed for paddle_inference).
+
+    Raises:
+        RuntimeUnavailable: a listed runtime's package is missing, or its model folders were not given.
+        NoInt8Kernels: a runtime runs none of the INT8 model's convolutions and matmuls in INT8.
+        StageError: a latency measurement process failed.
+        DataError: `data_dir` is not a data stage's output, or an image changed since the data stage.
     """
-    data = open_data(data_dir)
-    onnx_files = {"fp32": fp32_onnx, "int8": int8_onnx}
-    if paddle2onnx_int8_onnx is not None:
-        onnx_files["paddle2onnx_int8"] = paddle2onnx_int8_onnx
-    models = {name: session(path, config.threads) for name, path in onnx_files.items()}
-    labels, logits = predict_split(models, data, "test", config.batch_size, num_workers)
-    predicted = {name: values.argmax(axis=1) for name, values in logits.items()}
-    fp32_logits, int8_logits = logits["fp32"], logits["int8"]
-    fp32_pred, int8_pred = predicted["fp32"], predicted["int8"]
-    log.info("evaluate: predicted %d test samples with %s; timing %d runs per model",
-             len(labels), ", ".join(models), config.latency_repeats)
-    np.savez(Path(out_dir) / PREDICTIONS_FILE, labels=labels, fp32_pred=fp32_pred, int8_pred=int8_pred,
-             fp32_logits=fp32_logits, int8_logits=int8_logits)
+    runtimes = tuple(config.runtimes)
+    check_runtimes(runtimes)
+    primary, out_dir, data = primary_runtime(runtimes), Path(out_dir), open_data(data_dir)
+    forms = model_forms(runtimes, fp32_onnx, int8_onnx, paddle_fp32_dir, paddle_int8_dir)
+    cpu = cpu_record()
+    latency_batch = data.array("test", limit=config.batch_size)[0]
+    if ONNXRUNTIME in runtimes and paddle2onnx_int8_onnx is not None:
+        forms[ONNXRUNTIME][PADDLE2ONNX_INT8] = ModelForm(Path(paddle2onnx_int8_onnx), True,
+                                                         Path(paddle2onnx_int8_onnx).name, "convert")
+    batch_shape = (config.batch_size, *data.input_shape)
+    runners = {(runtime, name): open_runner(runtime, form, config.threads, batch_shape)
+               for runtime, named in forms.items() for name, form in named.items()}
+    int8_ops = {runtime: checked_int8_ops(runtime, runners[(runtime, "int8")]) for runtime in runtimes}
+    latency, details = {}, {runtime: {} for runtime in runtimes}
+    if OPENVINO in runtimes:
+        details[OPENVINO]["inference_precision"] = {
+            name: runners[(OPENVINO, name)].inference_precision() for name in ("fp32", "int8")}
+    if ONNXRUNTIME in runtimes:
+        chosen, timed, details[ONNXRUNTIME] = onnxruntime_int8_form(forms[ONNXRUNTIME], cpu["amx"], latency_batch,
+                                                                    config, out_dir)
+        if timed is not None:
+            latency[ONNXRUNTIME] = timed
+        if chosen is not forms[ONNXRUNTIME]["int8"]:
+            forms[ONNXRUNTIME]["int8"] = chosen
+            runners[(ONNXRUNTIME, "int8")] = open_runner(ONNXRUNTIME, chosen, config.threads, batch_shape)
+            int8_ops[ONNXRUNTIME] = checked_int8_ops(ONNXRUNTIME, runners[(ONNXRUNTIME, "int8")])
+    labels, logits = predict_split(runners, data, "test", config.batch_size, num_workers)
+    del runners  # their worker threads must not share the cores with the latency processes
+    log.info("evaluate: predicted %d test samples in %s; timing %d runs per model", len(labels), ", ".join(runtimes),
+             config.latency_repeats)
 
-    batch = data.array("test", limit=config.batch_size)[0]
-    latency = measure(onnx_files, batch, config.threads, config.latency_repeats)
-    fp32_top1 = float(100.0 * np.mean(fp32_pred == labels))
-    int8_top1 = float(100.0 * np.mean(int8_pred == labels))
-    fp32_bytes, int8_bytes = Path(fp32_onnx).stat().st_size, Path(int8_onnx).stat().st_size
-    metrics = {
-        "test_samples": int(len(labels)),
-        "fp32_top1_pct": fp32_top1,
-        "int8_top1_pct": int8_top1,
-        "accuracy_delta_pts": int8_top1 - fp32_top1,
-        "agreement": float(np.mean(fp32_pred == int8_pred)),
-        "max_abs_logit_diff": float(np.abs(fp32_logits - int8_logits).max()),
-        "per_class_top1_pct_fp32": per_class_top1(labels, fp32_pred, data.num_classes),
-        "per_class_top1_pct_int8": per_class_top1(labels, int8_pred, data.num_classes),
-        "latency_batch_size": int(len(batch)),
-        "latency_repeats": config.latency_repeats,
-        "ort_threads": config.threads,
-        **{f"latency_ms_{stat}_{name}": value for name, stats in latency.items() for stat, value in stats.items()},
-        "speedup_int8_vs_fp32": latency["fp32"]["p50"] / latency["int8"]["p50"],
-        "model_bytes_fp32": fp32_bytes,
-        "model_bytes_int8": int8_bytes,
-        "size_ratio_int8_vs_fp32": int8_bytes / fp32_bytes,
-        "onnxruntime": ort.__version__,
-    }
-    if paddle2onnx_int8_onnx is not None:
-        reference = predicted["paddle2onnx_int8"]
-        metrics.update({
-            "paddle2onnx_int8_top1_pct": float(100.0 * np.mean(reference == labels)),
-            "agreement_int8_vs_paddle2onnx_int8": float(np.mean(int8_pred == reference)),
-            "speedup_paddle2onnx_int8_vs_fp32": latency["fp32"]["p50"] / latency["paddle2onnx_int8"]["p50"],
-            "model_bytes_paddle2onnx_int8": Path(paddle2onnx_int8_onnx).stat().st_size,
-        })
-    return EvaluateResult(PREDICTIONS_FILE, metrics)
+    measured = {}
+    for runtime in runtimes:
+        named = forms[runtime]
+        if runtime not in latency:
+            latency[runtime] = measure({name: form.path for name, form in named.items()}, latency_batch,
+                                       config.threads, config.latency_repeats, runtime,
+                                       int8=tuple(name for name, form in named.items() if form.int8))
+        own = {name: logits[(runtime, name)] for name in named}
+        predictions = runtime_predictions_file(runtime, primary)
+        np.savez(out_dir / predictions, labels=labels, fp32_pred=own["fp32"].argmax(axis=1),
+                 int8_pred=own["int8"].argmax(axis=1), fp32_logits=own["fp32"], int8_logits=own["int8"])
+        measured[runtime] = Measured(named, own, latency[runtime], int8_ops[runtime], library(runtime), predictions,
+                                     details[runtime])
+    metrics = stage_metrics(measured, primary, labels, data.num_classes, config, len(latency_batch), cpu)
+    return EvaluateResult(runtime_predictions_file(primary, primary), metrics)

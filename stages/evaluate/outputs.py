@@ -1,8 +1,18 @@
-"""What the evaluate stage writes: test-split predictions, and the headline numbers every report shows."""
+"""What the evaluate stage writes: test-split predictions per runtime, and the headline numbers every report shows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
 
 from quantgate.stages.shared.outputs import StageOutputs
 
-PREDICTIONS_FILE = "predictions.npz"
+ONNXRUNTIME, OPENVINO, PADDLE_INFERENCE = "onnxruntime", "openvino", "paddle_inference"
+RUNTIME_NAMES = (ONNXRUNTIME, OPENVINO, PADDLE_INFERENCE)  # the values evaluate.runtimes accepts
+
+PREDICTIONS_FILE = "predictions.npz"  # the primary runtime's
+# onnxruntime's INT8 model with uint8 weights, so QLinearConv takes MLAS's quantized GEMM (AMX) instead of
+# ConvSym; written only on CPUs with AMX, where the faster of the two is evaluated (stages/evaluate/ort_forms.py).
+QGEMM_INT8_FILE = "int8_qgemm.onnx"
 
 FP32_TOP1 = "fp32_top1_pct"
 INT8_TOP1 = "int8_top1_pct"
@@ -14,15 +24,39 @@ SPEEDUP = "speedup_int8_vs_fp32"
 MODEL_BYTES_FP32 = "model_bytes_fp32"
 MODEL_BYTES_INT8 = "model_bytes_int8"
 
+# Issue 18: the top-level metrics are the primary runtime's; every listed runtime has its entry under RUNTIMES.
+RUNTIMES = "runtimes"
+PRIMARY_RUNTIME = "primary_runtime"
+CPU = "cpu"
+FP32_MODEL, INT8_MODEL, INT8_OPS, LIBRARY = "fp32_model", "int8_model", "int8_ops", "library"
+PREDICTIONS_FILE_KEY = "predictions_file"
+ORT_INT8_PATH = "ort_int8_path"  # in onnxruntime's entry: which MLAS kernel family its INT8 convolutions take
+
 # What the version record, `quantgate versions`, the summary and the Prefect artifact show.
 HEADLINE_METRICS = (FP32_TOP1, INT8_TOP1, ACCURACY_DELTA, AGREEMENT, LATENCY_P50_FP32, LATENCY_P50_INT8, SPEEDUP,
                     MODEL_BYTES_FP32, MODEL_BYTES_INT8)
 
+
+def primary_runtime(runtimes: Iterable[str]) -> str:
+    """onnxruntime when listed, else the first listed runtime: the one the top-level metrics belong to."""
+    listed = tuple(runtimes)
+    return ONNXRUNTIME if ONNXRUNTIME in listed or not listed else listed[0]
+
+
+def runtime_predictions_file(runtime: str, primary: str) -> str:
+    """The predictions file of `runtime`: predictions.npz for the primary one, predictions_<runtime>.npz otherwise."""
+    return PREDICTIONS_FILE if runtime == primary else f"predictions_{runtime}.npz"
+
+
 OUTPUTS = StageOutputs(
     stage="evaluate",
-    description="FP32 vs INT8 in onnxruntime on the test split: top-1, agreement, per-class, latency, sizes",
+    description="FP32 vs INT8 on the test split in each listed runtime: top-1, agreement, per-class, latency, "
+    "sizes, INT8 kernels",
     files=(PREDICTIONS_FILE,),
+    # onnxruntime, when listed, is always the primary runtime: it never has a file of its own name
+    optional_files=(*(runtime_predictions_file(name, ONNXRUNTIME) for name in RUNTIME_NAMES if name != ONNXRUNTIME),
+                    QGEMM_INT8_FILE),
     metrics=(*HEADLINE_METRICS, "test_samples", "max_abs_logit_diff", "per_class_top1_pct_fp32",
              "per_class_top1_pct_int8", "latency_batch_size", "latency_repeats", "ort_threads",
-             "size_ratio_int8_vs_fp32", "onnxruntime"),
+             "size_ratio_int8_vs_fp32", "onnxruntime", RUNTIMES, PRIMARY_RUNTIME, CPU),
 )

@@ -41,3 +41,13 @@ def test_a_latency_process_that_fails_is_a_stage_error_with_its_output(tmp_path)
     missing = tmp_path / "missing.onnx"
     with pytest.raises(StageError, match=r"quantgate\.stages\.evaluate\.latency\) failed with exit 1(.|\n)*missing\.onnx"):
         measure({"fp32": missing}, np.zeros((1, 1, 8, 8), dtype=np.float32), threads=1, repeats=3)
+
+
+def test_by_default_only_onnxruntime_is_evaluated_and_its_entry_repeats_the_top_level(stage_dirs):
+    metrics = stage_dirs.results["evaluate"].metrics
+    assert metrics["primary_runtime"] == "onnxruntime" and list(metrics["runtimes"]) == ["onnxruntime"]
+    entry = metrics["runtimes"]["onnxruntime"]
+    for key in ("fp32_top1_pct", "int8_top1_pct", "agreement", "latency_ms_p50_int8", "speedup_int8_vs_fp32"):
+        assert entry[key] == metrics[key]
+    assert entry["predictions_file"] == stage_dirs.results["evaluate"].predictions_file == "predictions.npz"
+    assert sorted(path.name for path in stage_dirs.evaluate.iterdir()) == ["predictions.npz"]

@@ -1,0 +1,79 @@
+"""Paddle Inference on the CPU with oneDNN: export's FP32 program, and quantize's PaddleSlim INT8 program with
+oneDNN's INT8 passes (enable_onednn_int8), which turn the quantize_linear/dequantize_linear pairs into
+int8 oneDNN kernels with PaddleSlim's scales.
+
+What runs in INT8 is read from the program after those passes: with enable_save_optim_model the predictor
+writes it (`_optimized.pdmodel`) to a scratch folder, and a convolution or matmul counts as INT8 when the
+passes gave it mkldnn_data_type "int8" and weight scales (cpu_quantize_pass sets both only on the ops it
+quantizes).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import paddle
+import paddle.inference as paddle_infer
+from paddle.base.proto import framework_pb2
+
+from quantgate.stages.evaluate.forms import ModelForm
+from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
+
+CONV_MATMUL_OPS = ("conv2d", "fused_conv2d", "depthwise_conv2d", "conv2d_transpose", "fc", "mul", "matmul",
+                   "matmul_v2", "fused_matmul")
+OPTIMIZED_PROGRAM = "_optimized.pdmodel"  # what enable_save_optim_model writes into the optim cache folder
+
+
+def library() -> str:
+    return f"paddle_inference {paddle.__version__} (oneDNN)"
+
+
+def _config(form: ModelForm, threads: int) -> paddle_infer.Config:
+    config = paddle_infer.Config(str(form.path / MODEL_FILE), str(form.path / PARAMS_FILE))
+    config.disable_gpu()
+    config.set_cpu_math_library_num_threads(threads)
+    config.switch_ir_optim(True)
+    config.enable_onednn()
+    if form.int8:
+        config.enable_onednn_int8()
+    config.disable_glog_info()
+    return config
+
+
+class Runner:
+    """One Paddle inference program in Paddle Inference (oneDNN): images -> logits."""
+
+    def __init__(self, form: ModelForm, threads: int, batch_shape: tuple[int, ...] = ()):
+        self.form, self.threads = form, threads
+        self.predictor = paddle_infer.create_predictor(_config(form, threads))
+        self.input = self.predictor.get_input_handle(self.predictor.get_input_names()[0])
+        self.output = self.predictor.get_output_handle(self.predictor.get_output_names()[0])
+
+    def __call__(self, images: np.ndarray) -> np.ndarray:
+        self.input.reshape(list(images.shape))
+        self.input.copy_from_cpu(np.ascontiguousarray(images))
+        self.predictor.run()
+        return self.output.copy_to_cpu()
+
+    def int8_ops(self) -> dict:
+        """Convolutions and matmuls of the program after Paddle Inference's passes, and how many are INT8."""
+        with tempfile.TemporaryDirectory(prefix="quantgate-paddle-") as scratch:
+            config = _config(self.form, 1)
+            config.enable_save_optim_model(True)
+            config.set_optim_cache_dir(scratch)
+            paddle_infer.create_predictor(config)  # runs the passes and writes the program they produced
+            program = framework_pb2.ProgramDesc()
+            program.ParseFromString((Path(scratch) / OPTIMIZED_PROGRAM).read_bytes())
+        kinds = Counter()
+        for op in program.blocks[0].ops:
+            if op.type not in CONV_MATMUL_OPS:
+                continue
+            attrs = {attr.name: attr for attr in op.attrs}
+            data_type = attrs["mkldnn_data_type"].s if "mkldnn_data_type" in attrs else "float32"
+            quantized = data_type == "int8" and "Scale_weights" in attrs and len(attrs["Scale_weights"].floats) > 0
+            kinds[f"{op.type} {'int8' if quantized else data_type}"] += 1
+        int8 = sum(count for kind, count in kinds.items() if kind.endswith(" int8"))
+        return {"int8": int8, "total_conv_matmul": sum(kinds.values()), "ops": dict(sorted(kinds.items()))}

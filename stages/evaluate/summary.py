@@ -1,0 +1,100 @@
+"""The evaluate stage's manifest metrics: one entry per runtime, the primary runtime's numbers at the top level."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnxruntime as ort
+
+from quantgate.config import EvaluateConfig
+from quantgate.stages.evaluate.forms import ModelForm
+from quantgate.stages.evaluate.outputs import (
+    CPU,
+    FP32_MODEL,
+    INT8_MODEL,
+    INT8_OPS,
+    LIBRARY,
+    PREDICTIONS_FILE_KEY,
+    PRIMARY_RUNTIME,
+    RUNTIMES,
+)
+
+PADDLE2ONNX_INT8 = "paddle2onnx_int8"  # paddle2onnx's own INT8 model in onnxruntime, reported beside for comparison
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one runtime measured: logits by model name ("fp32", "int8", ...), latency stats by model name."""
+
+    forms: dict[str, ModelForm]
+    logits: dict[str, np.ndarray]
+    latency: dict[str, dict[str, float]]
+    int8_ops: dict
+    library: str
+    predictions_file: str
+    details: dict = field(default_factory=dict)  # runtime-specific records (kernel path, compiled precision)
+
+
+def per_class_top1(labels: np.ndarray, predicted: np.ndarray, num_classes: int) -> list[float]:
+    return [float(100.0 * np.mean(predicted[labels == k] == k)) if np.any(labels == k) else float("nan")
+            for k in range(num_classes)]
+
+
+def runtime_numbers(measured: Measured, labels: np.ndarray, num_classes: int) -> dict:
+    """Accuracy, agreement, latency, speedup and sizes of one runtime's FP32 and INT8 models."""
+    fp32_logits, int8_logits = measured.logits["fp32"], measured.logits["int8"]
+    fp32_pred, int8_pred = fp32_logits.argmax(axis=1), int8_logits.argmax(axis=1)
+    fp32_top1 = float(100.0 * np.mean(fp32_pred == labels))
+    int8_top1 = float(100.0 * np.mean(int8_pred == labels))
+    latency = measured.latency
+    fp32_bytes, int8_bytes = measured.forms["fp32"].bytes, measured.forms["int8"].bytes
+    numbers = {
+        "fp32_top1_pct": fp32_top1,
+        "int8_top1_pct": int8_top1,
+        "accuracy_delta_pts": int8_top1 - fp32_top1,
+        "agreement": float(np.mean(fp32_pred == int8_pred)),
+        "max_abs_logit_diff": float(np.abs(fp32_logits - int8_logits).max()),
+        "per_class_top1_pct_fp32": per_class_top1(labels, fp32_pred, num_classes),
+        "per_class_top1_pct_int8": per_class_top1(labels, int8_pred, num_classes),
+        **{f"latency_ms_{stat}_{name}": value for name, stats in latency.items() for stat, value in stats.items()},
+        "speedup_int8_vs_fp32": latency["fp32"]["p50"] / latency["int8"]["p50"],
+        "model_bytes_fp32": fp32_bytes,
+        "model_bytes_int8": int8_bytes,
+        "size_ratio_int8_vs_fp32": int8_bytes / fp32_bytes,
+    }
+    if PADDLE2ONNX_INT8 in measured.logits:
+        reference = measured.logits[PADDLE2ONNX_INT8].argmax(axis=1)
+        numbers.update({
+            "paddle2onnx_int8_top1_pct": float(100.0 * np.mean(reference == labels)),
+            "agreement_int8_vs_paddle2onnx_int8": float(np.mean(int8_pred == reference)),
+            "speedup_paddle2onnx_int8_vs_fp32": latency["fp32"]["p50"] / latency[PADDLE2ONNX_INT8]["p50"],
+            "model_bytes_paddle2onnx_int8": measured.forms[PADDLE2ONNX_INT8].bytes,
+        })
+    return numbers
+
+
+def runtime_entry(measured: Measured, numbers: dict) -> dict:
+    """metrics["runtimes"][runtime]: its numbers, the model forms it ran, its INT8 kernels and its library."""
+    fp32, int8 = measured.forms["fp32"], measured.forms["int8"]
+    return {**numbers, FP32_MODEL: fp32.description, INT8_MODEL: int8.description,
+            "fp32_source": fp32.source(), "int8_source": int8.source(), INT8_OPS: measured.int8_ops,
+            LIBRARY: measured.library, PREDICTIONS_FILE_KEY: measured.predictions_file, **measured.details}
+
+
+def stage_metrics(measured: dict[str, Measured], primary: str, labels: np.ndarray, num_classes: int,
+                  config: EvaluateConfig, latency_batch_size: int, cpu: dict) -> dict:
+    """The manifest metrics: the primary runtime's numbers at the top level (as before runtimes existed),
+    every runtime's entry under "runtimes", the primary runtime's name and the CPU record."""
+    numbers = {runtime: runtime_numbers(m, labels, num_classes) for runtime, m in measured.items()}
+    return {
+        "test_samples": len(labels),
+        **numbers[primary],
+        "latency_batch_size": int(latency_batch_size),
+        "latency_repeats": config.latency_repeats,
+        "ort_threads": config.threads,  # every runtime's thread count; the name predates the other runtimes
+        "onnxruntime": ort.__version__,
+        PRIMARY_RUNTIME: primary,
+        RUNTIMES: {runtime: runtime_entry(m, numbers[runtime]) for runtime, m in measured.items()},
+        CPU: cpu,
+    }
