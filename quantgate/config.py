@@ -7,10 +7,8 @@ into one `ConfigError` that lists every bad field with its value and what is all
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from quantgate.errors import BadInput, clipped
@@ -26,21 +24,21 @@ ARCHITECTURE_PATTERN = r"^([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:)?[
 ECHO_LIMIT, PROBLEMS_LISTED, MAX_CONFIG_VALUES = 200, 50, 10_000
 
 
-def _cut(text: str, limit: int = 5 * ECHO_LIMIT) -> str:
+def cut(text: str, limit: int = 5 * ECHO_LIMIT) -> str:
     """A message part (a problem line, a parser's error) cut to `limit` characters."""
     return clipped(text, limit)
 
 
 def shown_value(value: Any) -> str:
     """`repr(value)` for an error message, cut to ECHO_LIMIT characters."""
-    return _cut(repr(value), ECHO_LIMIT)
+    return cut(repr(value), ECHO_LIMIT)
 
 
 class ConfigError(BadInput, ValueError):
     """The configuration is invalid; `problems` lists every bad field, not just the first."""
 
     def __init__(self, problems: list[str]):
-        self.problems = [_cut(str(problem)) for problem in problems]
+        self.problems = [cut(str(problem)) for problem in problems]
         listed = self.problems[:PROBLEMS_LISTED]
         more = len(self.problems) - len(listed)
         lines = "\n".join(f"  - {problem}" for problem in listed) + (f"\n  - ... and {more} more" if more else "")
@@ -379,7 +377,7 @@ def describe_validation_error(error: ValidationError) -> list[str]:
             problems.append(f"{where}: unknown key (check the spelling; see the schema in quantgate/config.py)")
             continue
         # A validator's own message may quote the value too (e.g. a long list of means): cut both.
-        problems.append(f"{where}: {_cut(item['msg'], 2 * ECHO_LIMIT)} (got {shown_value(item.get('input'))})")
+        problems.append(f"{where}: {cut(item['msg'], 2 * ECHO_LIMIT)} (got {shown_value(item.get('input'))})")
     return problems
 
 
@@ -393,68 +391,3 @@ def validate_config(raw: dict[str, Any]) -> PipelineConfig:
         return PipelineConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc)) from exc
-
-
-def read_yaml(path: Path) -> dict[str, Any]:
-    """Read a YAML config file into a dict.
-
-    Raises:
-        ConfigError: the file is missing, is not valid YAML, expands too far, or is not a mapping.
-    """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError([f"config file {path}: cannot be read ({exc.strerror}); check the path"]) from exc
-    try:
-        loaded = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"config file {path}: not valid YAML ({_cut(str(exc))}); fix the syntax"]) from exc
-    check_expansion(loaded, f"config file {path}")
-    if loaded is None:
-        return {}
-    if not isinstance(loaded, dict):
-        raise ConfigError([f"config file {path}: expected a mapping of settings, got {type(loaded).__name__}"])
-    return loaded
-
-
-def apply_override(raw: dict[str, Any], assignment: str) -> None:
-    """Apply one `dotted.key=value` override in place; the value is parsed as YAML (so 3, 0.5, true work).
-
-    Raises:
-        ConfigError: the assignment has no '=', walks through a non-mapping, or its value expands too far.
-    """
-    key, sep, value = assignment.partition("=")
-    shown = shown_value(assignment)
-    if not sep or not key.strip():
-        raise ConfigError([f"override {shown}: expected KEY=VALUE such as train.epochs=3"])
-    parts = key.strip().split(".")
-    node = raw
-    for part in parts[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError([f"override {shown}: {shown_value(part)} is a value, not a section"])
-        node = child
-    try:
-        parsed = yaml.safe_load(value)
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"override {shown}: value is not valid YAML ({_cut(str(exc))})"]) from exc
-    check_expansion(parsed, f"override {shown}")
-    node[parts[-1]] = parsed
-
-
-def check_expansion(loaded: Any, source: str) -> None:
-    """Refuse YAML whose aliases expand it past MAX_CONFIG_VALUES values (an "anchor bomb", or an alias
-    inside itself), which pydantic and error messages would walk in full; counting stops at the limit.
-
-    Raises:
-        ConfigError: naming the source, the limit and the fix.
-    """
-    pending, seen = [loaded], 0
-    while pending:
-        seen += 1
-        if seen > MAX_CONFIG_VALUES:
-            raise ConfigError([f"{source}: expands to more than {MAX_CONFIG_VALUES} values (YAML aliases repeated, "
-                               "nested or inside themselves); a config has a few hundred: write it out, no anchors"])
-        value = pending.pop()
-        if isinstance(value, (dict, list, tuple)):
-            pending.extend(value.items() if isinstance(value, dict) else value)

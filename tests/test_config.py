@@ -1,6 +1,7 @@
 import pytest
 
-from quantgate.config import ConfigError, PipelineConfig, apply_override, read_yaml, validate_config
+from quantgate.config import ConfigError, PipelineConfig, validate_config
+from quantgate.config_files import apply_override, read_yaml
 
 
 def test_defaults_validate_and_every_field_is_described():

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 from quantgate.cli.shared import add_set_option
-from quantgate.config import apply_override, read_yaml, validate_config
+from quantgate.config import validate_config
+from quantgate.config_files import apply_override, read_yaml
 
 
 def register(commands) -> None:

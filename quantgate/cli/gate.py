@@ -18,7 +18,8 @@ from quantgate.cli.shared import (
     finished_version,
     store_and_model,
 )
-from quantgate.config import ConfigError, apply_override, read_yaml, validate_config
+from quantgate.config import ConfigError, validate_config
+from quantgate.config_files import apply_override, read_yaml
 from quantgate.errors import EXIT_OK, EXIT_REJECTED
 
 

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from quantgate.cli.shared import add_set_option, add_store_option, report_error
-from quantgate.config import ConfigError, PipelineConfig, apply_override, read_yaml, validate_config
+from quantgate.config import ConfigError, PipelineConfig, validate_config
+from quantgate.config_files import apply_override, read_yaml
 from quantgate.errors import QuantgateError
 from quantgate.settings import resolve_store_root
 

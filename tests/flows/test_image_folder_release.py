@@ -9,7 +9,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parents[1] / "stages"))
 from folder_images import write_image_folder  # noqa: E402
 
-from quantgate.config import read_yaml, validate_config  # noqa: E402
+from quantgate.config import validate_config  # noqa: E402
+from quantgate.config_files import read_yaml  # noqa: E402
 from quantgate.flows.release import release  # noqa: E402
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
