@@ -11,7 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
+import threading
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -172,14 +175,18 @@ class StoredData:
                 yield self.arrays[f"x_{split}"][batch], self.arrays[f"y_{split}"][batch]
             return
         dataset = self.dataset(split, augment, epoch)
+        # No shared memory: a worker forked while another thread of this process held Paddle's allocator
+        # lock deadlocks sending its first shared-memory batch (seen under gdb); pickled numpy batches
+        # through a pipe never touch that allocator.
         loader = paddle.io.DataLoader(dataset, batch_sampler=_IndexBatches(index_batches), num_workers=num_workers,
-                                      use_shared_memory=num_workers > 0, return_list=True)
-        for images, labels, rows, status in loader:  # Tensors, or DenseTensors in static mode: np.asarray reads both
-            status = np.asarray(status)
-            if status.any():
-                first = np.flatnonzero(status)[0]
-                raise _changed(dataset, int(np.asarray(rows)[first]), int(status[first]))
-            yield np.asarray(images), np.asarray(labels)
+                                      use_shared_memory=False, return_list=True)
+        with _workers_sigchld_handler(num_workers > 0):
+            for images, labels, rows, status in loader:  # Tensors, or DenseTensors in static mode: np.asarray reads both
+                status = np.asarray(status)
+                if status.any():
+                    first = np.flatnonzero(status)[0]
+                    raise _changed(dataset, int(np.asarray(rows)[first]), int(status[first]))
+                yield np.asarray(images), np.asarray(labels)
 
     def batches(self, split: str, batch_size: int, num_workers: int = 0,
                 limit: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -194,6 +201,35 @@ class StoredData:
         if not parts:
             return np.zeros((0, *self.input_shape), np.float32), np.zeros((0,), np.int64)
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+_paddle_sigchld_handler = None  # Paddle's worker-checking SIGCHLD handler, once a DataLoader installed it
+
+
+@contextmanager
+def _workers_sigchld_handler(active: bool) -> Iterator[None]:
+    """Paddle's SIGCHLD handler while this loader's workers run, the process's own disposition after.
+
+    Paddle installs a Python SIGCHLD handler with the first DataLoader that has workers and leaves it for
+    the life of the process; it then runs whenever any child exits. Left in place, it crashed the
+    interpreter (SIGSEGV) when children exited later in a process that had compiled OpenVINO models
+    (the latency process, Prefect's server at exit). So it is in force only while workers are running.
+    Signal handlers can be changed from the main thread only; elsewhere this changes nothing.
+    """
+    global _paddle_sigchld_handler
+    if not active or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGCHLD)
+    if _paddle_sigchld_handler is not None:
+        signal.signal(signal.SIGCHLD, _paddle_sigchld_handler)
+    try:
+        yield
+    finally:
+        installed = signal.getsignal(signal.SIGCHLD)
+        if installed is not previous and callable(installed):
+            _paddle_sigchld_handler = installed
+        signal.signal(signal.SIGCHLD, previous)
 
 
 def _changed(dataset: FileSplit, index: int, status: int) -> DataChanged:

@@ -80,6 +80,12 @@ def evaluate(
     """
     runtimes = tuple(config.runtimes)
     check_runtimes(runtimes)
+    return _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2onnx_int8_onnx, num_workers,
+                     paddle_fp32_dir, paddle_int8_dir)
+
+
+def _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2onnx_int8_onnx, num_workers,
+              paddle_fp32_dir, paddle_int8_dir) -> EvaluateResult:
     primary, out_dir, data = primary_runtime(runtimes), Path(out_dir), open_data(data_dir)
     forms = model_forms(runtimes, fp32_onnx, int8_onnx, paddle_fp32_dir, paddle_int8_dir)
     cpu = cpu_record()
@@ -104,7 +110,10 @@ def evaluate(
             forms[ONNXRUNTIME]["int8"] = chosen
             runners[(ONNXRUNTIME, "int8")] = open_runner(ONNXRUNTIME, chosen, config.threads, batch_shape)
             int8_ops[ONNXRUNTIME] = checked_int8_ops(ONNXRUNTIME, runners[(ONNXRUNTIME, "int8")])
-    labels, logits = predict_split(runners, data, "test", config.batch_size, num_workers)
+    # With openvino listed the test split is decoded in this process: DataLoader workers exiting while OpenVINO
+    # models are compiled here crashed it (Paddle's SIGCHLD handler; see stages/data/reading.py).
+    workers = 0 if OPENVINO in runtimes else num_workers
+    labels, logits = predict_split(runners, data, "test", config.batch_size, workers)
     del runners  # their worker threads must not share the cores with the latency processes
     log.info("evaluate: predicted %d test samples in %s; timing %d runs per model", len(labels), ", ".join(runtimes),
              config.latency_repeats)

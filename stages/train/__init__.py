@@ -4,6 +4,7 @@ from quantgate.stages.shared.lazy import lazy_exports
 from quantgate.stages.train.outputs import OUTPUTS as OUTPUTS
 
 __getattr__, __all__ = lazy_exports(__name__, {
-    "DistributedTrainingFailed": "errors", "ModelError": "errors", "ResumeMismatch": "errors",
-    "TooManySkippedSteps": "errors", "TrainingDiverged": "errors", "TrainResult": "loop", "train": "loop",
+    "DistributedTrainingFailed": "errors", "ModelError": "errors", "RankDataMismatch": "errors",
+    "ResumeMismatch": "errors", "TooManySkippedSteps": "errors", "TrainingDiverged": "errors", "TrainResult": "loop",
+    "train": "loop",
 })

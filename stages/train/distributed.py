@@ -1,12 +1,14 @@
 """Data-parallel training on N processes with `python -m paddle.distributed.launch`.
 
 The train stage calls `train_data_parallel`, which launches this module once per process
-(`python -m quantgate.stages.train.distributed`). Every rank trains a `paddle.DataParallel` copy on
-its shard of the train split (DistributedBatchSampler), gradients are all-reduced (gloo on CPU, NCCL
-on GPUs), and BatchNorm running statistics, which gradients do not synchronize, are averaged over
-the ranks at the end. Each rank writes a sha256 of its final weights; rank 0 also writes the weights
-and the step records. The stage then checks that every rank ended with the same weights, so what it
-ships is what all ranks agree on, and the rest of the pipeline is unchanged.
+(`python -m quantgate.stages.train.distributed`). Every rank first checks that it reads the same data
+as the launching process (the data stage's digest), then trains a `paddle.DataParallel` copy on its
+shard of the train split (DistributedBatchSampler; images decoded by its own DataLoader workers, with
+the training augmentation), gradients are all-reduced (gloo on CPU, NCCL on GPUs), and BatchNorm
+running statistics, which gradients do not synchronize, are averaged over the ranks at the end. Each
+rank writes a sha256 of its final weights; rank 0 also writes the weights and the step records. The
+stage then checks that every rank ended with the same weights, so what it ships is what all ranks
+agree on, and the rest of the pipeline is unchanged.
 """
 
 from __future__ import annotations
@@ -34,15 +36,16 @@ import paddle.distributed as dist
 import paddle.nn.functional as F
 
 from quantgate.config import TrainConfig
-from quantgate.stages.data.splits import Splits, load_splits
+from quantgate.stages.data.reading import StoredData, open_data
 from quantgate.stages.shared.errors import StageError
 from quantgate.stages.train import amp
-from quantgate.stages.train.errors import DistributedTrainingFailed
+from quantgate.stages.train.errors import DistributedTrainingFailed, RankDataMismatch
 from quantgate.stages.train.grad_step import BufferSnapshot, apply_update
-from quantgate.stages.train.loop import DivergenceWatch, TrainResult, _check_finite, _reference_logits
+from quantgate.stages.train.loop import DivergenceWatch, TrainResult, _check_finite, data_records, reference_logits
 from quantgate.stages.train.models import build_model
 from quantgate.stages.train.op_precision import op_precision_record, operator_stats
 from quantgate.stages.train.outputs import (
+    DISTRIBUTED,
     LAUNCH_DIR,
     OP_PRECISION_FILE,
     REFERENCE_LOGITS_FILE,
@@ -124,20 +127,24 @@ def launch_command(nproc: int, log_dir: Path, worker_args: list[str]) -> list[st
     ]
 
 
-def train_data_parallel(config: TrainConfig, splits_path: Path, out_dir: Path):
-    """Launch `config.nproc` training processes, check their weights agree, and return rank 0's result.
+def train_data_parallel(config: TrainConfig, data_dir: Path, out_dir: Path, num_workers: int = 0):
+    """Launch `config.nproc` training processes, each reading `data_dir` with `num_workers` DataLoader workers,
+    check their weights agree, and return rank 0's result.
 
     Raises:
+        RankDataMismatch: a rank sees other data in `data_dir` than this process.
         DistributedTrainingFailed: the launcher or a rank failed (the error carries the tail of its log),
             or the ranks ended with different weights.
         TrainingDiverged, ModelError, ...: a rank raised that quantgate error (same message and log tail).
     """
     out_dir = Path(out_dir)
+    data = open_data(data_dir)
     launch_dir = out_dir / LAUNCH_DIR
     launch_dir.mkdir()
     config_file = launch_dir / "train_config.json"
     config_file.write_text(json.dumps(config.model_dump(mode="json"), sort_keys=True))
-    worker_args = ["--config", str(config_file), "--splits", str(splits_path), "--out", str(out_dir)]
+    worker_args = ["--config", str(config_file), "--data", str(Path(data_dir).resolve()), "--data-digest",
+                   data.digest, "--num-workers", str(num_workers), "--out", str(out_dir)]
     command = launch_command(config.nproc, launch_dir / "logs", worker_args)
     started = time.perf_counter()
     finished = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -166,18 +173,17 @@ def train_data_parallel(config: TrainConfig, splits_path: Path, out_dir: Path):
         weights = {name: stored[name] for name in stored.files}
     if weights_sha256(weights) != digests["0"]:
         raise DistributedTrainingFailed(f"{WEIGHTS_FILE} does not match the digest rank 0 reported")
-    splits = load_splits(splits_path)
-    np.save(out_dir / REFERENCE_LOGITS_FILE,
-            _reference_logits(weights, splits.num_classes, splits.input_shape, splits.x_test, config.architecture))
+    np.save(out_dir / REFERENCE_LOGITS_FILE, reference_logits(weights, data, config.architecture, num_workers))
     rank0 = results[0]
     metrics = {
         **rank0["metrics"],
         "architecture": config.architecture,
-        "num_classes": splits.num_classes,
-        "input_shape": list(splits.input_shape),
-        "train_seconds": seconds,  # launch included: process start, rendezvous and training
-        "samples_per_second": len(splits.y_train) * config.epochs / seconds,
-        "distributed": {
+        "num_classes": data.num_classes,
+        "input_shape": list(data.input_shape),
+        "train_seconds": seconds,  # launch included: process start, rendezvous, reading and training
+        "samples_per_second": data.size("train") * config.epochs / seconds,
+        **data_records(data, num_workers),  # per rank: each rank runs num_workers DataLoader workers
+        DISTRIBUTED: {
             "world_size": rank0["world_size"],
             "backend": rank0["backend"],
             "launcher": "python -m paddle.distributed.launch",
@@ -191,14 +197,28 @@ def train_data_parallel(config: TrainConfig, splits_path: Path, out_dir: Path):
     return TrainResult(WEIGHTS_FILE, STEPS_FILE, REFERENCE_LOGITS_FILE, metrics)
 
 
-class _ArrayDataset:
-    """Index-addressable view of the train split, for DistributedBatchSampler."""
+class _Rows:
+    """The train split as DistributedBatchSampler sees it: only its length (fetch reads the rows)."""
 
-    def __init__(self, labels: np.ndarray):
-        self.labels = labels
+    def __init__(self, count: int):
+        self.count = count
 
     def __len__(self) -> int:
-        return len(self.labels)
+        return self.count
+
+
+def check_same_data(data: StoredData, expected_digest: str, rank: int) -> None:
+    """Refuse to train a rank on other data than the launching process opened.
+
+    Raises:
+        RankDataMismatch: the data stage's record in this rank's `data.folder` differs.
+    """
+    if data.digest != expected_digest:
+        raise RankDataMismatch(
+            f"rank {rank} reads other data than the process that launched it: the data folder {data.folder} has "
+            f"digest {data.digest} on this rank, {expected_digest} where the run started; every machine must see "
+            "the same data folder and the same image files (mount or copy them identically), then run again"
+        )
 
 
 def _average_running_statistics(model, world_size: int) -> int:
@@ -218,7 +238,8 @@ class _Rank:
     """One rank's share of the training: its replica of the model, wrapped for the all-reduce, and its shard."""
 
     config: TrainConfig
-    splits: Splits
+    data: StoredData
+    num_workers: int
     rank: int
     world_size: int
     model: paddle.nn.Layer
@@ -232,39 +253,41 @@ class _Rank:
     probe: amp.OutputDtypeProbe
 
 
-def _set_up_rank(config: TrainConfig, splits_path: Path) -> _Rank:
-    """Join the process group and build this rank's model, optimizer, loss scaler and shard sampler."""
+def _set_up_rank(config: TrainConfig, data_dir: Path, data_digest: str, num_workers: int) -> _Rank:
+    """Join the process group, check this rank's data, and build its model, optimizer, loss scaler and
+    shard sampler."""
     dist.init_parallel_env()
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    splits = load_splits(splits_path)
+    data = open_data(data_dir)
+    check_same_data(data, data_digest, rank)
     paddle.seed(config.seed)  # same initial weights everywhere; DataParallel also broadcasts rank 0's
-    model = build_model(config.architecture, splits.num_classes, splits.input_shape)
+    model = build_model(config.architecture, data.num_classes, data.input_shape)
     optimizer = paddle.optimizer.Adam(learning_rate=config.learning_rate, parameters=model.parameters())
     model, optimizer = amp.decorate(model, optimizer, config.amp)
     scaler = amp.grad_scaler(config.amp)
     watch = DivergenceWatch(config.max_nonfinite_steps, config.learning_rate)
     sampler = paddle.io.DistributedBatchSampler(
-        _ArrayDataset(splits.y_train), batch_size=config.batch_size, num_replicas=world_size, rank=rank, shuffle=True
+        _Rows(data.size("train")), batch_size=config.batch_size, num_replicas=world_size, rank=rank, shuffle=True
     )
     accounting = ScalerAccounting(config, config.epochs * len(sampler), scaler.is_enable())
     trainable = [param for param in model.parameters() if not param.stop_gradient]
     probe = amp.OutputDtypeProbe(model)
     parallel = paddle.DataParallel(model)
     parallel.train()
-    return _Rank(config, splits, rank, world_size, model, parallel, optimizer, scaler, watch, sampler, accounting,
-                 trainable, probe)
+    return _Rank(config, data, num_workers, rank, world_size, model, parallel, optimizer, scaler, watch, sampler,
+                 accounting, trainable, probe)
 
 
 def _train_rank(worker: _Rank) -> tuple[int, dict]:
     """Every epoch on this rank's shard; returns the steps taken and the operators of the first step."""
-    config, splits, model = worker.config, worker.splits, worker.model
+    config, model = worker.config, worker.model
     scaler, optimizer = worker.scaler, worker.optimizer
     step, ops = 0, {}
     for epoch in range(1, config.epochs + 1):
         worker.sampler.set_epoch(config.seed * 100_003 + epoch)  # the same permutation on every rank, new each epoch
-        for batch in worker.sampler:
-            images = paddle.to_tensor(splits.x_train[batch])
-            labels = paddle.to_tensor(splits.y_train[batch])
+        for images, labels in worker.data.fetch("train", worker.sampler, worker.num_workers, augment=True,
+                                                epoch=epoch):
+            images, labels = paddle.to_tensor(images), paddle.to_tensor(labels)
             before = BufferSnapshot(model)
             with operator_stats() if step == 0 else nullcontext() as counted:
                 with amp.autocast(config.amp):
@@ -308,13 +331,13 @@ def _write_rank0_outputs(worker: _Rank, weights: dict[str, np.ndarray], weights_
     }
 
 
-def run_worker(config: TrainConfig, splits_path: Path, out_dir: Path) -> None:
+def run_worker(config: TrainConfig, data_dir: Path, data_digest: str, num_workers: int, out_dir: Path) -> None:
     """One rank: train on its shard, then write its weights digest (and, on rank 0, the weights and steps).
 
     The step is the single-process one (`grad_step.apply_update`: unscale, skip on inf/NaN, clip,
     step); the gradients it sees are already all-reduced, so every rank takes the same decision.
     """
-    worker = _set_up_rank(config, splits_path)
+    worker = _set_up_rank(config, data_dir, data_digest, num_workers)
     steps, ops = _train_rank(worker)
     averaged = _average_running_statistics(worker.model, worker.world_size)
 
@@ -339,11 +362,13 @@ def run_worker(config: TrainConfig, splits_path: Path, out_dir: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="one rank of quantgate's data-parallel training")
     parser.add_argument("--config", type=Path, required=True)
-    parser.add_argument("--splits", type=Path, required=True)
+    parser.add_argument("--data", type=Path, required=True, help="the data stage's folder")
+    parser.add_argument("--data-digest", required=True, help="its digest in the launching process")
+    parser.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes of this rank")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     config = TrainConfig.model_validate(json.loads(args.config.read_text()))
-    run_worker(config, args.splits, args.out)
+    run_worker(config, args.data, args.data_digest, args.num_workers, args.out)
 
 
 if __name__ == "__main__":

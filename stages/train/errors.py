@@ -22,3 +22,7 @@ class TooManySkippedSteps(TrainingDiverged):
 
 class ResumeMismatch(StageError, BadInput):
     """A checkpoint cannot continue this run: other settings, other data, or nothing left to train."""
+
+
+class RankDataMismatch(StageError, BadInput):
+    """A rank of a multi-process run reads other data than the process that launched it."""

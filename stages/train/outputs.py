@@ -12,6 +12,9 @@ LAUNCH_DIR = "launch"  # multi-process runs: launcher logs and one result file p
 ARCHITECTURE = "architecture"
 AMP = "amp"
 SCALER = "scaler"
+DATA_LOADER = "data_loader"  # DataLoader workers, and whether the images were read from disk
+AUGMENTATION = "augmentation"  # the data stage's training augmentation, as applied
+DISTRIBUTED = "distributed"  # multi-process runs: world size, backend, each rank's weights digest
 
 OUTPUTS = StageOutputs(
     stage="train",
@@ -20,5 +23,5 @@ OUTPUTS = StageOutputs(
     optional_files=(LAUNCH_DIR,),
     metrics=(ARCHITECTURE, "num_classes", "input_shape", "steps", "final_epoch_loss_mean", "train_seconds",
              "samples_per_second", "loss_scale_final", SCALER, "resumed_from_epoch", "epochs_trained_in_this_run",
-             AMP),
+             AMP, DATA_LOADER, AUGMENTATION, DISTRIBUTED),
 )

@@ -23,4 +23,4 @@ def test_export_refuses_weights_that_do_not_reproduce_training(stage_dirs, tmp_p
     out = tmp_path / "out"
     out.mkdir()
     with pytest.raises(ExportMismatch, match="differ from the trained model's by 0.01"):
-        export(stage_dirs.train / "weights.npz", wrong, stage_dirs.splits, "digits_cnn", out)
+        export(stage_dirs.train / "weights.npz", wrong, stage_dirs.data, "digits_cnn", out)

@@ -12,19 +12,19 @@ import paddle
 import pytest
 
 from quantgate.config import AmpConfig
-from quantgate.stages.data.splits import load_splits
+from quantgate.stages.data.reading import open_data
 from quantgate.stages.export.inference_model import export
 from quantgate.stages.shared.static_graph import load_program, persistable_dtypes, static_mode
 from quantgate.stages.train import amp
-from quantgate.stages.train.loop import _reference_logits
+from quantgate.stages.train.loop import reference_logits
 from quantgate.stages.train.models import build_model
 
 
 @pytest.fixture()
 def o2_state(stage_dirs):
-    splits = load_splits(stage_dirs.splits)
+    data = open_data(stage_dirs.data)
     paddle.seed(0)
-    model = build_model("digits_cnn", splits.num_classes, splits.input_shape)
+    model = build_model("digits_cnn", data.num_classes, data.input_shape)
     optimizer = paddle.optimizer.Adam(learning_rate=1e-3, parameters=model.parameters(), multi_precision=True)
     model, optimizer = amp.decorate(model, optimizer, AmpConfig(level="O2"))
     low = [layer for layer in model.sublayers() if isinstance(layer, (paddle.nn.Conv2D, paddle.nn.Linear))]
@@ -36,7 +36,7 @@ def o2_state(stage_dirs):
             masters[param.name] = (param.numpy() + rng.normal(0, 1e-3, param.shape)).astype(np.float32)
         layer.to(dtype="float16")
     optimizer.set_state_dict({"master_weights": {name: paddle.to_tensor(value) for name, value in masters.items()}})
-    return stage_dirs.splits, model, optimizer, masters
+    return stage_dirs.data, model, optimizer, masters
 
 
 def test_float32_state_takes_the_master_weights_not_the_float16_parameters(o2_state):
@@ -55,15 +55,13 @@ def test_float32_state_takes_the_master_weights_not_the_float16_parameters(o2_st
 
 
 def test_export_ships_the_masters_and_only_float32(o2_state, tmp_path):
-    splits_path, model, optimizer, masters = o2_state
-    splits = load_splits(splits_path)
+    data_dir, model, optimizer, masters = o2_state
     weights, _ = amp.float32_state(model, optimizer)
     np.savez(tmp_path / "weights.npz", **weights)
-    np.save(tmp_path / "reference.npy", _reference_logits(weights, splits.num_classes, splits.input_shape,
-                                                           splits.x_test))
+    np.save(tmp_path / "reference.npy", reference_logits(weights, open_data(data_dir)))
     out = tmp_path / "export"
     out.mkdir()
-    result = export(tmp_path / "weights.npz", tmp_path / "reference.npy", splits_path, "digits_cnn", out)
+    result = export(tmp_path / "weights.npz", tmp_path / "reference.npy", data_dir, "digits_cnn", out)
     assert result.metrics["parameter_dtypes"] == ["float32"]
     with static_mode():
         loaded = load_program(out / "model")

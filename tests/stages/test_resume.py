@@ -43,9 +43,9 @@ def arrays(path):
 def runs(stage_dirs, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("resume")
     store = ArtifactStore(tmp_path / "store")
-    whole = run(store, TrainConfig(epochs=2), stage_dirs.splits, tmp_path, "whole")
-    first = run(store, TrainConfig(epochs=1), stage_dirs.splits, tmp_path, "first")
-    resumed = run(store, TrainConfig(epochs=2), stage_dirs.splits, tmp_path, "resumed",
+    whole = run(store, TrainConfig(epochs=2), stage_dirs.data, tmp_path, "whole")
+    first = run(store, TrainConfig(epochs=1), stage_dirs.data, tmp_path, "first")
+    resumed = run(store, TrainConfig(epochs=2), stage_dirs.data, tmp_path, "resumed",
                   resume=store.latest_checkpoint(first[0], "train"))
     return store, whole, first, resumed
 
@@ -90,7 +90,7 @@ def test_other_settings_or_no_epochs_left_are_refused(runs, stage_dirs, tmp_path
     ref = store.latest_checkpoint(version, "train")
     saved = CheckpointBytes(ref.name, read_checkpoint(ref))
     with pytest.raises(ResumeMismatch) as refused:
-        train(TrainConfig(epochs=1, learning_rate=0.01), stage_dirs.splits, tmp_path, resume_from=saved)
+        train(TrainConfig(epochs=1, learning_rate=0.01), stage_dirs.data, tmp_path, resume_from=saved)
     assert "train.learning_rate: the checkpoint was trained with 0.002, this run asks for 0.01" in str(refused.value)
     assert "raise train.epochs above 1" in str(refused.value)
 
@@ -126,10 +126,10 @@ def test_a_checkpoint_array_file_carrying_a_pickle_is_refused_and_never_unpickle
         forged = CheckpointBytes(ref.name, {**read_checkpoint(ref), part: payload})
         if part == "weights.npz":  # shipped for inspection only: resuming never reads it
             (tmp_path / kind).mkdir()
-            train(TrainConfig(epochs=2), stage_dirs.splits, tmp_path / kind, resume_from=forged)
+            train(TrainConfig(epochs=2), stage_dirs.data, tmp_path / kind, resume_from=forged)
         else:
             with pytest.raises(ResumeMismatch, match=f"its {part} does not match its state.json"):
-                train(TrainConfig(epochs=2), stage_dirs.splits, tmp_path, resume_from=forged)
+                train(TrainConfig(epochs=2), stage_dirs.data, tmp_path, resume_from=forged)
         assert not marker.exists(), f"{kind} in {part} was unpickled"
 
 
@@ -144,7 +144,7 @@ def test_training_loads_the_verified_bytes_not_the_files_again(runs, stage_dirs,
         for name in originals:  # between the check and the load, someone swaps the files
             (folder / name).chmod(0o644)
             (folder / name).write_bytes(pickle.dumps(WritesMarker(tmp_path / "unpickled")))
-        train(TrainConfig(epochs=2), stage_dirs.splits, tmp_path, resume_from=saved)
+        train(TrainConfig(epochs=2), stage_dirs.data, tmp_path, resume_from=saved)
     finally:
         for name, data in originals.items():
             (folder / name).write_bytes(data)
@@ -160,5 +160,5 @@ def test_a_pickle_based_checkpoint_of_an_older_quantgate_is_refused(runs, stage_
     files = dict(read_checkpoint(ref))
     files["model.pdparams"] = pickle.dumps(WritesMarker(tmp_path / "unpickled"))
     with pytest.raises(ResumeMismatch, match="not the pickle-free files"):
-        train(TrainConfig(epochs=2), stage_dirs.splits, tmp_path, resume_from=CheckpointBytes(ref.name, files))
+        train(TrainConfig(epochs=2), stage_dirs.data, tmp_path, resume_from=CheckpointBytes(ref.name, files))
     assert not (tmp_path / "unpickled").exists()

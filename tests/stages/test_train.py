@@ -1,4 +1,5 @@
 import csv
+import shutil
 
 import numpy as np
 import pytest
@@ -31,9 +32,15 @@ def test_cpu_amp_record_is_honest(stage_dirs):
         assert {weights[name].dtype for name in weights.files} == {np.dtype("float32")}
 
 
+def test_digits_are_read_in_memory_without_workers_or_augmentation(stage_dirs):
+    metrics = stage_dirs.results["train"].metrics
+    assert metrics["data_loader"] == {"num_workers": 0, "on_disk": False}
+    assert metrics["augmentation"]["enabled"] is False
+
+
 def test_o2_bfloat16_trains_and_ships_float32_on_cpu(stage_dirs, tmp_path):
     config = TrainConfig(epochs=1, amp={"level": "O2", "dtype": "bfloat16", "custom_black_list": ["softmax"]})
-    result = train(config, stage_dirs.splits, tmp_path)
+    result = train(config, stage_dirs.data, tmp_path)
     amp = result.metrics["amp"]
     assert amp["requested"]["level"] == "O2" and amp["requested"]["dtype"] == "bfloat16"
     assert amp["requested"]["custom_black_list"] == ["softmax"]
@@ -42,15 +49,17 @@ def test_o2_bfloat16_trains_and_ships_float32_on_cpu(stage_dirs, tmp_path):
         assert {weights[name].dtype for name in weights.files} == {np.dtype("float32")}
 
 
-def _poisoned_splits(stage_dirs, folder, poison):
-    with np.load(stage_dirs.splits) as stored:
+def _poisoned_data(stage_dirs, folder, poison):
+    """A copy of the data stage's folder (dataset.json, splits.npz) whose training images `poison` changed."""
+    data = shutil.copytree(stage_dirs.data, folder / "data")
+    with np.load(data / "splits.npz") as stored:
         arrays = {name: stored[name] for name in stored.files}
     arrays["x_train"] = arrays["x_train"].copy()
     poison(arrays["x_train"])
-    np.savez(folder / "splits.npz", **arrays)
+    np.savez(data / "splits.npz", **arrays)
     out = folder / "out"
     out.mkdir()
-    return folder / "splits.npz", out
+    return data, out
 
 
 def test_a_loss_that_stays_nan_is_an_error():
@@ -67,9 +76,9 @@ def test_nan_in_every_image_skips_every_step_and_fails_at_once(stage_dirs, tmp_p
     def one_pixel_nan(images):
         images[:, 0, 0, 0] = np.nan  # max-pooling hides it from the loss, not from the gradients
 
-    splits, out = _poisoned_splits(stage_dirs, tmp_path, one_pixel_nan)
+    data, out = _poisoned_data(stage_dirs, tmp_path, one_pixel_nan)
     with pytest.raises(TooManySkippedSteps, match=r"1 of 16 planned training steps were skipped .*first at step 1"):
-        train(TrainConfig(epochs=1), splits, out)
+        train(TrainConfig(epochs=1), data, out)
     assert not (out / "weights.npz").exists()
 
 

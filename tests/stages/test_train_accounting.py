@@ -2,6 +2,7 @@
 
 import csv
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -39,14 +40,16 @@ def test_op_precision_record_says_every_op_ran_float32_on_cpu(stage_dirs):
 
 
 def _one_nan_sample(stage_dirs, folder):
-    """The training split with one NaN pixel in one image: every batch holding it has NaN gradients."""
-    with np.load(stage_dirs.splits) as stored:
+    """A copy of the data folder whose training split has one NaN pixel in one image: every batch holding it
+    has NaN gradients."""
+    data = shutil.copytree(stage_dirs.data, folder / "data")
+    with np.load(data / "splits.npz") as stored:
         arrays = {name: stored[name] for name in stored.files}
     arrays["x_train"] = arrays["x_train"].copy()
     arrays["x_train"][7, 0, 3, 3] = np.nan
-    np.savez(folder / "splits.npz", **arrays)
+    np.savez(data / "splits.npz", **arrays)
     (folder / "out").mkdir()
-    return folder / "splits.npz", folder / "out", len(arrays["y_train"])
+    return data, folder / "out", len(arrays["y_train"])
 
 
 def _steps_holding(sample, n, config):
@@ -62,9 +65,9 @@ def _steps_holding(sample, n, config):
 
 
 def test_nan_gradients_skip_exactly_their_steps_and_leave_the_model_finite(stage_dirs, tmp_path):
-    splits, out, n = _one_nan_sample(stage_dirs, tmp_path)
+    data, out, n = _one_nan_sample(stage_dirs, tmp_path)
     config = TrainConfig(epochs=2, amp={"max_skipped_ratio": 0.2})
-    result = train(config, splits, out)
+    result = train(config, data, out)
     rows = read_steps(out)
     expected = _steps_holding(7, n, config)
     assert len(expected) == 2
@@ -79,10 +82,10 @@ def test_nan_gradients_skip_exactly_their_steps_and_leave_the_model_finite(stage
 
 
 def test_too_many_skipped_steps_fail_with_the_fix(stage_dirs, tmp_path):
-    splits, out, _ = _one_nan_sample(stage_dirs, tmp_path)
+    data, out, _ = _one_nan_sample(stage_dirs, tmp_path)
     # 2 skipped steps of 32 planned is 6.3 %, over the default limit of 5 %
     with pytest.raises(TooManySkippedSteps) as failure:
-        train(TrainConfig(epochs=2), splits, out)
+        train(TrainConfig(epochs=2), data, out)
     message = str(failure.value)
     assert "2 of 32 planned training steps were skipped for inf/NaN gradients" in message
     assert "train.amp.max_skipped_ratio=0.05" in message and "train.learning_rate" in message
@@ -90,7 +93,7 @@ def test_too_many_skipped_steps_fail_with_the_fix(stage_dirs, tmp_path):
 
 
 def test_clipping_bounds_the_global_norm_of_every_step(stage_dirs, tmp_path):
-    result = train(TrainConfig(epochs=1, grad_clip_norm=1.0), stage_dirs.splits, tmp_path)
+    result = train(TrainConfig(epochs=1, grad_clip_norm=1.0), stage_dirs.data, tmp_path)
     rows = read_steps(tmp_path)
     before = np.array([float(row["grad_norm"]) for row in rows])
     after = np.array([float(row["grad_norm_clipped"]) for row in rows])

@@ -1,0 +1,61 @@
+"""What a bundle folder holds, spelled once: its file names and where each runtime's model files go.
+
+    DIR/bundle.json                  sealed canonical manifest: format, model, version, lineage, runtimes, sha256 of every file
+    DIR/model_card.md, .json         what the model is, how it was trained, quantized and gated (model_card.py)
+    DIR/preprocessing.json           the data stage's record: steps, transforms, input shape
+    DIR/classes.json                 class names, in the order of the model's outputs
+    DIR/<runtime>/fp32.onnx, int8.onnx                   an ONNX runtime's models (onnxruntime, openvino)
+    DIR/<runtime>/fp32/model.pdmodel, model.pdiparams    a Paddle program and its parameters (paddle_inference)
+    DIR/<runtime>/int8/model.pdmodel, model.pdiparams
+
+Each runtime the version was gated on gets the FP32 and INT8 model in the form the evaluate stage ran
+(it records each form's stage and files: "fp32_source", "int8_source"); a version evaluated before
+several runtimes could be gated has onnxruntime's convert-stage models only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE
+from quantgate.stages.evaluate.outputs import ONNXRUNTIME, RUNTIME_NAMES
+
+BUNDLE_FILE = "bundle.json"
+MODEL_CARD_MD = "model_card.md"
+MODEL_CARD_JSON = "model_card.json"
+PREPROCESSING_FILE = "preprocessing.json"
+CLASSES_FILE = "classes.json"
+
+FORMAT = "quantgate-bundle"
+FORMAT_VERSION = 1
+
+DEFAULT_RUNTIME = ONNXRUNTIME
+KNOWN_RUNTIMES = RUNTIME_NAMES
+PRECISIONS = ("fp32", "int8")
+# The key of an evaluated runtime's entry naming where a precision's model lies: {"stage", "files"}.
+SOURCE_KEY = "{precision}_source"
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """One file of a runtime's model: where it comes from in the version, and where it lies in the bundle."""
+
+    stage: str
+    file: str
+    path: str  # relative to the bundle folder, "/"-separated
+
+
+def bundle_path(runtime: str, precision: str, file: str, files_in_model: int) -> str:
+    """Where a model file goes: `<runtime>/<precision>.onnx` for a one-file model, else the files keep their
+    names in `<runtime>/<precision>/` (a Paddle program is loaded from its folder by those names)."""
+    if files_in_model == 1:
+        return f"{runtime}/{precision}{PurePosixPath(file).suffix}"
+    return f"{runtime}/{precision}/{file}"
+
+
+# A version evaluated before several runtimes could be gated ran onnxruntime on the convert stage's models.
+MODELS_BEFORE_MULTI_RUNTIME = {
+    ONNXRUNTIME: {precision: (ModelFile("convert", name, bundle_path(ONNXRUNTIME, precision, name, 1)),)
+                  for precision, name in (("fp32", FP32_FILE), ("int8", INT8_FILE))},
+}

@@ -1,0 +1,162 @@
+"""The model card: what the bundled model is, what it was trained on, how it was quantized and gated.
+
+`build_card` gathers it from the version's records as one dict (written as model_card.json);
+`render_markdown` prints the same content for people (model_card.md). Every number is one the
+version's stages measured and recorded; nothing is measured again here.
+"""
+
+from __future__ import annotations
+
+from quantgate.bundle.sources import VersionSources
+from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE
+from quantgate.stages.evaluate.outputs import HEADLINE_METRICS, ONNXRUNTIME, PREDICTIONS_FILE
+from quantgate.stages.gate.outputs import CRITERIA, PASSED
+
+SPLITS = ("train", "calibration", "validation", "test")
+EVALUATION_COLUMNS = (("fp32_top1_pct", "FP32 top-1 %"), ("int8_top1_pct", "INT8 top-1 %"),
+                      ("accuracy_delta_pts", "delta pts"), ("agreement", "agreement"),
+                      ("latency_ms_p50_fp32", "FP32 p50 ms"), ("latency_ms_p50_int8", "INT8 p50 ms"),
+                      ("speedup_int8_vs_fp32", "speedup x"), ("library", "library"))
+
+
+def evaluation_by_runtime(evaluated: dict, runtimes: tuple[str, ...]) -> dict[str, dict]:
+    """The evaluate stage's record per runtime; an evaluation from before runtimes were listed is onnxruntime's."""
+    if isinstance(evaluated.get("runtimes"), dict):
+        return {runtime: dict(evaluated["runtimes"].get(runtime, {})) for runtime in runtimes}
+    return {ONNXRUNTIME: {**{key: evaluated.get(key) for key in HEADLINE_METRICS},
+                          "library": f"onnxruntime {evaluated.get('onnxruntime', '')}".strip(),
+                          "fp32_model": FP32_FILE, "int8_model": f"{INT8_FILE} (QOperator)",
+                          "predictions_file": PREDICTIONS_FILE}}
+
+
+def gate_by_runtime(gate: dict, runtimes: tuple[str, ...], primary: str) -> tuple[list[dict], dict]:
+    """Each criterion tagged with its runtime ("<runtime>." prefixes, else the primary's), and each runtime's verdict."""
+    criteria = []
+    for criterion in gate.get(CRITERIA, []):
+        name = str(criterion.get("name", ""))
+        prefix = name.split(".", 1)[0]
+        criteria.append({**criterion, "runtime": prefix if prefix in runtimes and "." in name else primary})
+    verdicts = gate.get("runtimes")
+    if not isinstance(verdicts, dict):
+        verdicts = {primary: {PASSED: gate.get(PASSED) is True,
+                              "failed": [c["name"] for c in criteria if not c.get(PASSED)]}}
+    return criteria, verdicts
+
+
+def build_card(sources: VersionSources, files: dict[str, dict], lineage: dict, runtime_files: dict,
+               created_at: str) -> dict:
+    """The model card of a bundle holding `files` ({path: {sha256, bytes}}), as JSON-ready data."""
+    data, train, quantize = sources.metrics("data"), sources.metrics("train"), sources.metrics("quantize")
+    evaluated, record = sources.metrics("evaluate"), sources.record
+    primary = evaluated.get("primary_runtime") or sources.runtimes[0]
+    criteria, verdicts = gate_by_runtime(sources.gate, sources.runtimes, primary)
+    sizes = {runtime: {precision: sum(files[path]["bytes"] for path in paths) for precision, paths in forms.items()}
+             for runtime, forms in runtime_files.items()}
+    return {
+        "created_at": created_at,
+        "model": {"name": sources.ref.model, "version": sources.ref.version, "architecture": train.get("architecture"),
+                  "classes": sources.classes(), "input_shape": data.get("input_shape"),
+                  "finalized_at": record.get("finalized_at")},
+        "data": {"dataset": data.get("dataset"), "fingerprint_sha256": data.get("fingerprint_sha256"),
+                 "samples": {split: data.get(f"samples_{split}") for split in SPLITS},
+                 "source": data.get("source"), "preprocessing": sources.preprocessing(),
+                 "augmentation": data.get("augmentation")},
+        "training": {"config": record.get("config", {}).get("train"), "amp": train.get("amp"),
+                     "scaler": train.get("scaler"), "steps": train.get("steps"),
+                     "final_epoch_loss_mean": train.get("final_epoch_loss_mean"),
+                     "train_seconds": train.get("train_seconds"), "resumed_from_epoch": train.get("resumed_from_epoch")},
+        "quantization": {key: quantize.get(key) for key in ("algo", "recipe", "skip_tensors", "calibration_samples",
+                                                             "quantize_linear_ops", "search")},
+        "evaluation": {"primary_runtime": primary, "test_samples": evaluated.get("test_samples"),
+                       "latency_batch_size": evaluated.get("latency_batch_size"), "cpu": evaluated.get("cpu"),
+                       "config": sources.manifests["evaluate"].get("config"),
+                       "runtimes": evaluation_by_runtime(evaluated, sources.runtimes)},
+        "gate": {PASSED: True, "verdict": sources.verdict, "decision": sources.decision,
+                 "policy": sources.gate.get("policy") or record.get("config", {}).get("gate"),
+                 CRITERIA: criteria, "runtimes": verdicts},
+        "sizes_bytes": sizes,
+        "lineage": lineage,
+    }
+
+
+def _number(value: object) -> str:
+    if isinstance(value, bool) or value is None or not isinstance(value, (int, float)):
+        return "n/a" if value is None else str(value)
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
+    return [f"| {' | '.join(header)} |", f"|{'---|' * len(header)}",
+            *[f"| {' | '.join(_number(cell).replace('|', '/') for cell in row)} |" for row in rows]]
+
+
+def render_markdown(card: dict) -> str:
+    """model_card.md: the card's content for people, section by section."""
+    sections = (_summary(card), _data(card["data"]), _training(card["training"]), _quantization(card["quantization"]),
+                _evaluation(card["evaluation"]), _gate(card["gate"]), _sizes(card["sizes_bytes"]),
+                _lineage(card["lineage"]))
+    return "\n\n".join("\n".join(lines) for lines in sections) + "\n"
+
+
+def _summary(card: dict) -> list[str]:
+    model, classes = card["model"], card["model"]["classes"]
+    shown = ", ".join(classes[:20]) + (", ..." if len(classes) > 20 else "")
+    return [f"# {model['name']} {model['version']}", "",
+            (f"{model['architecture']} classifying {len(classes)} classes ({shown}) from float32 NCHW inputs of shape "
+             f"{model['input_shape']}. Gate passed ({card['gate']['verdict']}). Bundled {card['created_at']}.")]
+
+
+def _data(data: dict) -> list[str]:
+    return ["## Data", "",
+            f"- dataset: {data['dataset']}; fingerprint sha256 `{data['fingerprint_sha256']}`",
+            "- samples: " + ", ".join(f"{split} {count}" for split, count in data["samples"].items()),
+            "- preprocessing: " + "; ".join(data["preprocessing"].get("steps", []))]
+
+
+def _training(training: dict) -> list[str]:
+    amp, config = training.get("amp") or {}, training.get("config") or {}
+    requested = amp.get("requested") or {}
+    reason = f": {amp['reason']}" if amp.get("reason") else ""
+    return ["## Training", "",
+            (f"- {config.get('epochs')} epochs, {training.get('steps')} steps, final epoch loss "
+             f"{_number(training.get('final_epoch_loss_mean'))}, {_number(training.get('train_seconds'))} s"),
+            f"- AMP requested {requested.get('level')}/{requested.get('dtype')}, effective {amp.get('effective')}{reason}"]
+
+
+def _quantization(quantization: dict) -> list[str]:
+    recipe = quantization.get("recipe") or {}
+    shown = ", ".join(f"{key} {value}" for key, value in sorted(recipe.items()) if value is not None)
+    search = "; chosen by the accuracy-aware search" if quantization.get("search") else ""
+    return ["## Quantization", "",
+            f"- PaddleSlim post-training INT8: {shown or 'recipe not recorded'}{search}",
+            (f"- calibration samples {quantization.get('calibration_samples')}, layers kept in float: "
+             f"{', '.join(quantization.get('skip_tensors') or []) or 'none'}")]
+
+
+def _evaluation(evaluation: dict) -> list[str]:
+    rows = [(runtime, *(record.get(key) for key, _ in EVALUATION_COLUMNS))
+            for runtime, record in evaluation["runtimes"].items()]
+    return [(f"## Evaluation (test split, {evaluation['test_samples']} samples; primary runtime "
+             f"{evaluation['primary_runtime']})"), "",
+            *_table(("runtime", *(title for _, title in EVALUATION_COLUMNS)), rows)]
+
+
+def _gate(gate: dict) -> list[str]:
+    rows = [(c["runtime"], c.get("name"), c.get("measured"), f"{c.get('comparison')} {_number(c.get('threshold'))}",
+             c.get("verdict"), c.get("note") or "") for c in gate[CRITERIA]]
+    return [f"## Gate: passed ({gate['verdict']})", "",
+            *_table(("runtime", "criterion", "measured", "must be", "verdict", "note"), rows)]
+
+
+def _sizes(sizes: dict) -> list[str]:
+    return ["## Sizes (bytes in this bundle)", "",
+            *_table(("runtime", "FP32", "INT8"), [(runtime, each.get("fp32"), each.get("int8"))
+                                                   for runtime, each in sizes.items()])]
+
+
+def _lineage(lineage: dict) -> list[str]:
+    return ["## Lineage", "",
+            (f"- store {lineage['store']}, {lineage['model']}/{lineage['version']}, version record sha256 "
+             f"`{lineage['version_record_sha256']}`"),
+            *[f"- {stage} manifest sha256 `{digest}`" for stage, digest in sorted(lineage["stages"].items())],
+            *[f"- {path} <- {source['stage']}/{source['file']}" for path, source in sorted(lineage["sources"].items())]]

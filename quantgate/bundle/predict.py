@@ -1,0 +1,127 @@
+"""Predicting with a verified bundle: decode images, apply its preprocessing record, run one runtime's
+model, and rank the classes by probability (softmax of the logits).
+
+The images go through the same decoding and `preprocess` the data stage used for training and for
+the gate's test split, so a bundle fed the test split's files reproduces the stored predictions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from quantgate.bundle.engines import load_engine
+from quantgate.bundle.layout import PRECISIONS
+from quantgate.bundle.verify import VerifiedBundle
+from quantgate.config import TransformsConfig
+from quantgate.errors import BadInput
+
+DEFAULT_BATCH = 64
+
+
+class BadImage(BadInput):
+    """An image given to predict cannot be read, or does not become the model's input shape (exit 2)."""
+
+
+class NotInBundle(BadInput):
+    """The runtime or precision asked for is not one the bundle holds (exit 2)."""
+
+
+@dataclass(frozen=True)
+class RankedClass:
+    index: int
+    name: str
+    probability: float
+
+
+@dataclass(frozen=True)
+class Prediction:
+    image: str
+    top: tuple[RankedClass, ...]
+
+
+def choose_runtime(bundle: VerifiedBundle, runtime: str | None, precision: str) -> str:
+    """`runtime`, or the bundle's default one; it must be in the bundle.
+
+    Raises:
+        NotInBundle: the runtime or precision is not one the bundle holds.
+    """
+    chosen = runtime or bundle.manifest["default_runtime"]
+    if chosen not in bundle.runtimes:
+        raise NotInBundle(f"bundle {bundle.root} holds no {chosen} model (it holds {', '.join(bundle.runtimes)}); "
+                          "choose one of those with --runtime")
+    if precision not in PRECISIONS:
+        raise NotInBundle(f"precision {precision!r} is not one a bundle holds; choose {' or '.join(PRECISIONS)}")
+    return chosen
+
+
+def predict_images(bundle: VerifiedBundle, images: Sequence[str], runtime: str | None = None,
+                   precision: str = "int8", top_k: int = 3) -> list[Prediction]:
+    """The `top_k` classes of each image, most probable first, from `runtime`'s `precision` model.
+
+    The batch size and thread count are those the evaluate stage ran the models with.
+
+    Raises:
+        NotInBundle: see choose_runtime.
+        BadImage: an image is missing, cannot be decoded, or does not preprocess to the model's input shape.
+        RuntimeMissing: the runtime's library is not installed.
+    """
+    runtime = choose_runtime(bundle, runtime, precision)
+    classes = bundle.classes()
+    record = bundle.preprocessing()
+    transforms = TransformsConfig.model_validate(record["transforms"])
+    input_shape = tuple(record["input_shape"])
+    settings = bundle.manifest.get("evaluated_with") or {}
+    batch_size, threads = int(settings.get("batch_size") or DEFAULT_BATCH), int(settings.get("threads") or 1)
+    engine = load_engine(runtime, bundle.model_files(runtime, precision), precision, threads,
+                         (batch_size, *input_shape))
+    predictions = []
+    for names, batch in _batches(images, transforms, input_shape, batch_size):
+        logits = np.asarray(engine(batch), dtype=np.float64)
+        # Ranked by logit, stably, so the first is exactly the argmax the evaluate stage stored.
+        order = np.argsort(-logits, axis=1, kind="stable")[:, :top_k]
+        shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probabilities = shifted / shifted.sum(axis=1, keepdims=True)
+        for row, name in enumerate(names):
+            top = tuple(RankedClass(int(k), classes[k], float(probabilities[row, k])) for k in order[row])
+            predictions.append(Prediction(name, top))
+    return predictions
+
+
+def _batches(images: Sequence[str], transforms: TransformsConfig, input_shape: tuple[int, ...],
+             batch_size: int) -> Iterator[tuple[list[str], np.ndarray]]:
+    """The images decoded and preprocessed, `batch_size` at a time, so memory holds one batch."""
+    for start in range(0, len(images), batch_size):
+        names = [str(image) for image in images[start:start + batch_size]]
+        yield names, np.stack([load_image(Path(name), transforms, input_shape) for name in names])
+
+
+def load_image(path: Path, transforms: TransformsConfig, input_shape: tuple[int, ...]) -> np.ndarray:
+    """One image as the model's float32 CHW input, decoded and transformed as the data stage does.
+
+    Raises:
+        BadImage: the file is missing, cannot be decoded, or becomes another shape than `input_shape`.
+    """
+    from PIL import Image
+
+    from quantgate.stages.data.file_hashes import DECODE_ERRORS
+    from quantgate.stages.data.image_folders import preprocess
+
+    if not path.is_file():
+        raise BadImage(f"image {path} {'is not a file' if path.exists() else 'does not exist'}; pass image files")
+    try:
+        with Image.open(path) as image:
+            image.load()
+            image = image.convert("RGB" if transforms.color == "rgb" else "L")
+    except DECODE_ERRORS as exc:
+        raise BadImage(f"image {path} cannot be decoded ({type(exc).__name__}: {exc}); pass a PNG, JPEG or BMP "
+                       "file") from exc
+    pixels = preprocess(image, transforms)
+    if pixels.shape != input_shape:
+        raise BadImage(f"image {path} becomes shape {list(pixels.shape)} after the bundle's preprocessing, but the "
+                       f"model takes {list(input_shape)}: the recorded transforms do not fix the size "
+                       f"({transforms.model_dump(mode='json')}); resize the image to {list(input_shape[1:])} first")
+    return pixels

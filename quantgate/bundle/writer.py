@@ -1,0 +1,150 @@
+"""Writing a bundle: a passed version's models, records and card, copied into a staging folder beside
+the target, checked as `quantgate predict` will check it, then renamed into place in one step.
+
+A reader sees no bundle or a whole one; a refused or failed bundle leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib.metadata
+import os
+import secrets
+import shutil
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from quantgate.artifacts import ArtifactStore, VersionRef
+from quantgate.bundle.layout import (
+    BUNDLE_FILE,
+    CLASSES_FILE,
+    DEFAULT_RUNTIME,
+    FORMAT,
+    FORMAT_VERSION,
+    MODEL_CARD_JSON,
+    MODEL_CARD_MD,
+    PREPROCESSING_FILE,
+)
+from quantgate.bundle.manifest import (
+    canonical_json,
+    copy_hashed,
+    fsync_folder,
+    fsync_tree,
+    sealed_json,
+    write_new,
+)
+from quantgate.bundle.model_card import build_card, render_markdown
+from quantgate.bundle.sources import CannotBundle, VersionSources, read_sources
+from quantgate.bundle.verify import VerifiedBundle, open_bundle
+from quantgate.errors import BadInput
+
+STAGING_PREFIX = ".bundle-staging-"
+
+
+class OutputExists(BadInput):
+    """The bundle's target folder already holds something; a bundle never overwrites (exit 2)."""
+
+
+@dataclass(frozen=True)
+class BundleResult:
+    bundle: VerifiedBundle
+    sources: VersionSources
+
+
+def write_bundle(store: ArtifactStore, ref: VersionRef, out: Path) -> BundleResult:
+    """Bundle the passed version `ref` into the new folder `out` (which may exist if empty).
+
+    Raises:
+        NotPassed: the version's gate did not pass; nothing is written.
+        OutputExists: `out` exists and is not an empty folder.
+        CannotBundle: the version lacks a record a bundle needs, or a stored file changed while copied.
+    """
+    out = Path(out).expanduser().absolute()
+    _check_target(out)
+    sources = read_sources(store, ref)  # refuses a version that did not pass before anything is written
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = out.parent / f"{STAGING_PREFIX}{out.name}-{secrets.token_hex(4)}"
+    staging.mkdir()
+    try:
+        _fill(staging, sources)
+        fsync_tree(staging)
+        checked = open_bundle(staging)  # what predict will check, proven before the bundle appears
+        _rename_into_place(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    fsync_folder(out.parent)
+    return BundleResult(VerifiedBundle(out, checked.manifest), sources)
+
+
+def _check_target(out: Path) -> None:
+    if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
+        raise OutputExists(f"--out {out} already exists and is not an empty folder; a bundle never overwrites: "
+                           "name a new folder, or remove this one first")
+
+
+def _rename_into_place(staging: Path, out: Path) -> None:
+    try:
+        os.rename(staging, out)  # replaces an empty folder; refuses one that filled up meanwhile
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+            raise OutputExists(f"--out {out} was filled by something else while the bundle was written; name a "
+                               "new folder") from exc
+        raise
+
+
+def _fill(staging: Path, sources: VersionSources) -> None:
+    """Copy each gated runtime's models, write the records and the card, then the sealed manifest."""
+    files, origins, runtime_files = _copy_models(staging, sources)
+    for name, value in ((PREPROCESSING_FILE, sources.preprocessing()), (CLASSES_FILE, sources.classes())):
+        files[name] = _written(staging / name, canonical_json(value))
+    created_at = datetime.now(UTC).isoformat(timespec="seconds")
+    lineage = {"store": str(sources.store.root), "model": sources.ref.model, "version": sources.ref.version,
+               "version_record_sha256": sources.record.get("record_sha256"), "decision": sources.decision,
+               "stages": sources.record.get("stages", {}), "sources": origins}
+    card = build_card(sources, files, lineage, runtime_files, created_at)
+    files[MODEL_CARD_JSON] = _written(staging / MODEL_CARD_JSON, canonical_json(card))
+    files[MODEL_CARD_MD] = _written(staging / MODEL_CARD_MD, render_markdown(card).encode("utf-8"))
+    evaluate_config = sources.manifests["evaluate"].get("config") or {}
+    manifest = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "created_at": created_at,
+        "created_by": f"quantgate {importlib.metadata.version('quantgate')}",
+        "model": sources.ref.model, "version": sources.ref.version, "architecture": card["model"]["architecture"],
+        "input": {"shape": card["model"]["input_shape"], "dtype": "float32", "layout": "NCHW"},
+        "runtimes": runtime_files,
+        "default_runtime": DEFAULT_RUNTIME if DEFAULT_RUNTIME in runtime_files else sources.runtimes[0],
+        # How the gate ran the models; predict runs them the same way, so it reproduces the stored predictions.
+        "evaluated_with": {"batch_size": evaluate_config.get("batch_size"), "threads": evaluate_config.get("threads")},
+        "classes": CLASSES_FILE, "preprocessing": PREPROCESSING_FILE, "model_card": [MODEL_CARD_MD, MODEL_CARD_JSON],
+        "gate": {"passed": True, "verdict": sources.verdict, "runtimes": card["gate"]["runtimes"]},
+        "lineage": lineage,
+        "files": files,
+    }
+    write_new(staging / BUNDLE_FILE, sealed_json(manifest))
+
+
+def _copy_models(staging: Path, sources: VersionSources) -> tuple[dict, dict, dict]:
+    """Each gated runtime's model files copied in; their {path: sha256, bytes}, {path: origin} and
+    {runtime: {precision: [paths]}}. A copy whose bytes are not what the stage recorded is refused."""
+    files, origins, runtime_files = {}, {}, {}
+    for runtime in sources.runtimes:
+        runtime_files[runtime] = {}
+        for precision, model_files in sources.model_files(runtime).items():
+            for model_file in model_files:
+                sha256, size = copy_hashed(sources.folders[model_file.stage] / model_file.file,
+                                           staging / model_file.path)
+                recorded = sources.recorded_sha256(model_file.stage, model_file.file)
+                if sha256 != recorded:
+                    raise CannotBundle(f"{sources.label} {model_file.stage}/{model_file.file} changed while it was "
+                                       f"copied (sha256 {sha256[:12]}…, recorded {recorded[:12]}…); run "
+                                       "`quantgate fsck`; nothing was written")
+                files[model_file.path] = {"sha256": sha256, "bytes": size}
+                origins[model_file.path] = {"stage": model_file.stage, "file": model_file.file, "sha256": sha256}
+            runtime_files[runtime][precision] = [model_file.path for model_file in model_files]
+    return files, origins, runtime_files
+
+
+def _written(path: Path, data: bytes) -> dict:
+    sha256, size = write_new(path, data)
+    return {"sha256": sha256, "bytes": size}
