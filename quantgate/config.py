@@ -255,7 +255,11 @@ class QuantizeConfig(Section):
     bias_correction: bool = Field(False, description="PaddleSlim's bias correction of the quantized weights.")
     batch_size: int = Field(32, ge=1, description="Calibration samples per batch.")
     batch_nums: int | None = Field(
-        None, ge=1, description="Calibration batches to run; null runs the whole calibration split."
+        None, ge=1, description="Calibration batches to run; null: as many as max_calibration_samples allows."
+    )
+    max_calibration_samples: int | None = Field(
+        1024, ge=1, description="With batch_nums null: calibrate on at most this many samples, spread evenly over "
+        "the calibration split; null: the whole split (its time and memory then grow with the data)."
     )
     weight_quantize_type: WEIGHT_QUANTIZE_TYPES = Field(
         "channel_wise_abs_max", description="Per-channel or per-tensor weight scales."

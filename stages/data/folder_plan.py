@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,10 +52,11 @@ def _scan(root_key: str, root: Path, state: HashState, config: DataConfig):
         raise DataError(f"cannot read {exc.filename or exc}: {exc.strerror or exc}; fix the file's permissions, "
                         "or remove it, and run again") from exc
     good, bad = [], []
+    prefix = len(str(root)) + 1  # relative paths by slicing: Path.relative_to costs more than hashing state lookups
     for path, label in found:
         fact: FileFacts = facts[path]
         if fact.problem is None:
-            good.append((path.relative_to(root).as_posix(), label, fact))
+            good.append((str(path)[prefix:].replace(os.sep, "/"), label, fact))
         else:
             bad.append({"file": str(path), "problem": fact.problem})
     if bad and config.on_bad_image == "error":
@@ -70,7 +72,8 @@ def _scan(root_key: str, root: Path, state: HashState, config: DataConfig):
 
 
 def _shape(entries: list, config: DataConfig, root: Path) -> tuple[int, ...]:
-    shapes = {output_shape(fact.width, fact.height, config.transforms) for _, _, fact in entries}
+    sizes = {(fact.width, fact.height) for _, _, fact in entries}  # a few distinct sizes, however many files
+    shapes = {output_shape(width, height, config.transforms) for width, height in sizes}
     if len(shapes) > 1:
         raise DataError(
             f"images in {root} have different sizes after pre-processing ({', '.join(map(str, sorted(shapes)[:4]))}); "

@@ -7,6 +7,7 @@ and the manifest says exactly what the deployed model expects as input.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -37,17 +38,24 @@ def find_images(root: Path) -> tuple[tuple[str, ...], list[tuple[Path, int]]]:
         )
     found = []
     for index, name in enumerate(classes):
-        files = sorted(
-            path for path in (root / name).rglob("*")
-            if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES
-            and not any(part.startswith(".") for part in path.relative_to(root).parts)  # .ipynb_checkpoints etc.
-        )
+        files = sorted(_image_files(root / name))
         if not files:
             raise DataError(
                 f"class {name!r} in {root} has no images ({'/'.join(IMAGE_SUFFIXES)}); add images or remove the folder"
             )
         found.extend((path, index) for path in files)
     return classes, found
+
+
+def _image_files(folder: Path) -> list[Path]:
+    """Image files under `folder`, at any depth, skipping hidden files and folders (.ipynb_checkpoints etc.).
+    os.walk with names, not Path.rglob with a stat per file: a 100,000-file folder is listed in a fraction of the time."""
+    found = []
+    for parent, folders, names in os.walk(folder):
+        folders[:] = [entry for entry in folders if not entry.startswith(".")]
+        found.extend(Path(parent, entry) for entry in names
+                     if not entry.startswith(".") and os.path.splitext(entry)[1].lower() in IMAGE_SUFFIXES)
+    return found
 
 
 def preprocess(image: Image.Image, transforms: TransformsConfig) -> np.ndarray:

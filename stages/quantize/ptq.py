@@ -9,6 +9,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import paddle
 from paddleslim.quant import quant_post_static
 
@@ -44,7 +45,8 @@ def calibration_batches(samples: int, config: QuantizeConfig) -> int:
         raise QuantizationError("the calibration split is empty; raise data.calibration_fraction")
     available = math.ceil(samples / config.batch_size)
     if config.batch_nums is None:
-        return available
+        cap = samples if config.max_calibration_samples is None else min(samples, config.max_calibration_samples)
+        return math.ceil(cap / config.batch_size)
     if config.batch_nums > available:
         raise QuantizationError(
             f"quantize.batch_nums={config.batch_nums} with quantize.batch_size={config.batch_size} needs "
@@ -52,6 +54,17 @@ def calibration_batches(samples: int, config: QuantizeConfig) -> int:
             f"({available} batches); lower quantize.batch_nums or raise data.calibration_fraction"
         )
     return config.batch_nums
+
+
+def calibration_rows(samples: int, wanted: int) -> np.ndarray:
+    """Which rows of the calibration split to calibrate on: all of them, or `wanted` spread evenly over it.
+
+    The split is stored class by class, so its first rows would be the first classes only; evenly spaced
+    rows keep every class in its share, and the same rows on every run.
+    """
+    if wanted >= samples:
+        return np.arange(samples)
+    return np.unique(np.linspace(0, samples - 1, wanted).round().astype(np.int64))
 
 
 def quantize(
@@ -85,7 +98,8 @@ def quantize_with_data(
         DataChanged: an image file changed since the data stage recorded it.
     """
     batches = calibration_batches(data.size("calibration"), config)
-    limit = batches * config.batch_size
+    rows = calibration_rows(data.size("calibration"), batches * config.batch_size)
+    chunks = [rows[start: start + config.batch_size] for start in range(0, len(rows), config.batch_size)]
     started = time.perf_counter()
     log.info("quantize: PaddleSlim %s calibration on %d batches of %d samples", config.algo, batches, config.batch_size)
     fed: list[list[int]] = []  # [batches, samples] fed in each calibration pass
@@ -96,7 +110,7 @@ def quantize_with_data(
         def calibration_feed():  # PaddleSlim iterates it once per calibration pass ('hist' and 'KL' make two)
             fed.append([0, 0])
             progress = Progress(log, f"quantize calibration pass {len(fed)}, batch", batches, every_s=5.0)
-            stream = data.batches("calibration", config.batch_size, num_workers, limit=limit)
+            stream = data.fetch("calibration", chunks, num_workers)
             with closing(stream):  # PaddleSlim stops after the last batch; closing ends the decoding workers now
                 for index, (images, _) in enumerate(stream):
                     fed[-1] = [index + 1, fed[-1][1] + len(images)]

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 CALIBRATION_METRICS = "calibration.json"
 # What decides a PaddleSlim calibration besides the model and the images.
 CALIBRATION_FIELDS = ("algo", "hist_percent", "bias_correction", "weight_quantize_type",
-                      "batch_size", "batch_nums", "skip_tensors")
+                      "batch_size", "batch_nums", "max_calibration_samples", "skip_tensors")
 
 
 class Cache(Protocol):

@@ -101,3 +101,17 @@ def test_an_image_changed_after_the_data_stage_stops_calibration_by_name(folder_
     finally:  # the file as the data stage recorded it, for the other tests of this module
         changed.write_bytes(original)
         os.utime(changed, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def test_a_capped_calibration_spreads_over_every_class(folder_data):
+    from quantgate.stages.data import open_data
+    from quantgate.stages.quantize.ptq import calibration_batches, calibration_rows
+
+    labels = open_data(folder_data / "data").labels("calibration")  # stored class by class
+    rows = calibration_rows(len(labels), 6)
+    assert len(rows) == 6 and set(labels[rows].tolist()) == set(labels.tolist())  # not the first class only
+    assert calibration_rows(len(labels), 10_000).tolist() == list(range(len(labels)))
+    capped = QuantizeConfig(batch_size=4, max_calibration_samples=6)
+    assert calibration_batches(len(labels), capped) == 2  # ceil(6 / 4): the cap, not the split, decides
+    assert calibration_batches(len(labels), capped.model_copy(update={"max_calibration_samples": None})) == \
+        -(-len(labels) // 4)
