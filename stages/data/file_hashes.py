@@ -56,7 +56,7 @@ def _check_image(data: bytes) -> tuple[str | None, int, int]:
         return (f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__), 0, 0
 
 
-def read_facts(path: Path) -> FileFacts:
+def read_facts(path: str | Path) -> FileFacts:
     """Hash and check one file, from one open handle, so the size, mtime and bytes belong together.
 
     Raises:
@@ -104,7 +104,7 @@ class HashState:
         return db
 
 
-def scan_files(paths: list[Path], state: HashState, workers: int) -> dict[Path, FileFacts]:
+def scan_files(paths: list[str], state: HashState, workers: int) -> dict[str, FileFacts]:
     """Facts of every file in `paths`: remembered ones from `state`, the rest hashed and checked by
     `workers` threads (hashlib and PIL release the GIL while they work).
 
