@@ -42,7 +42,7 @@ from quantgate.flows.trust import check_trusted_factory, running_from_deployment
 from quantgate.settings import resolve_store_root
 from quantgate.stages.data.outputs import FINGERPRINT, PREPROCESSING
 from quantgate.stages.evaluate import check_runtimes
-from quantgate.stages.evaluate.outputs import HEADLINE_METRICS, INT8_TOP1
+from quantgate.stages.evaluate.outputs import INT8_TOP1, headline_keys
 from quantgate.stages.gate import Criterion, decide
 from quantgate.stages.gate.outputs import PASSED, RELEASE_REGRESSION
 from quantgate.stages.gate.runtimes import PRIMARY_RUNTIME, RUNTIMES, runtime_headlines, with_criterion, with_verdicts
@@ -74,8 +74,8 @@ def version_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str,
     return {
         "status": "passed" if gate["passed"] else "failed",
         "gate": gate,
-        "metrics": {key: evaluation[key] for key in HEADLINE_METRICS},
-        RUNTIMES: runtime_headlines(evaluation, gate, HEADLINE_METRICS),
+        "metrics": {key: evaluation[key] for key in headline_keys(evaluation)},
+        RUNTIMES: runtime_headlines(evaluation, gate, headline_keys(evaluation)),
         "amp": manifests["train"]["metrics"][AMP],
         "scaler": manifests["train"]["metrics"][SCALER],
         "search": manifests["quantize"]["metrics"].get(SEARCH),
@@ -211,7 +211,7 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
             baseline = release_baseline_task(root, config.model_name)
             refs["gate"] = gate_task(root, version, config.gate, refs["evaluate"], baseline, refs["quantize"])
             refs["report"] = report_task(root, version, refs["train"], refs["evaluate"], refs["gate"],
-                                         refs["quantize"])
+                                         refs["quantize"], data=refs["data"])
             record = publish_task(root, version, config, refs)
         except Exception as exc:
             record_error(artifact_store, version, config, exc)

@@ -25,9 +25,12 @@ def metrics_table(version: VersionRef, record: dict, release: str | None) -> lis
     metrics = record["metrics"]
     primary = record["gate"].get(PRIMARY_RUNTIME) or primary_runtime(record.get(RUNTIMES) or ())
     rows = [
-        {"metric": "top-1 accuracy (%)", "fp32": f"{metrics[headline.FP32_TOP1]:.2f}",
-         "int8": f"{metrics[headline.INT8_TOP1]:.2f}",
+        {"metric": f"{metrics.get(headline.ACCURACY_METRIC, 'top-1 accuracy')} (%)",
+         "fp32": f"{metrics[headline.FP32_TOP1]:.2f}", "int8": f"{metrics[headline.INT8_TOP1]:.2f}",
          "note": f"delta {metrics[headline.ACCURACY_DELTA]:+.2f} pts"},
+        *([{"metric": "character error rate (%)", "fp32": f"{metrics[headline.FP32_CER]:.2f}",
+            "int8": f"{metrics[headline.INT8_CER]:.2f}", "note": f"increase {metrics[headline.CER_INCREASE]:+.2f} pts"}]
+          if headline.CER_INCREASE in metrics else []),
         {"metric": "prediction agreement", "fp32": "", "int8": f"{metrics[headline.AGREEMENT]:.4f}",
          "note": "INT8 vs FP32"},
         {"metric": "latency p50 (ms/batch)", "fp32": f"{metrics[headline.LATENCY_P50_FP32]:.3f}",

@@ -26,7 +26,7 @@ from quantgate.flows.evidence import gate_evidence, release_baseline
 from quantgate.flows.stage_logs import library_output, stage_lines, stage_logs_to_prefect
 from quantgate.stages.convert import convert
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, OPSET, PADDLE2ONNX_INT8_FILE
-from quantgate.stages.data import FolderPlan, HashState, plan_image_folders, prepare_data
+from quantgate.stages.data import FolderPlan, HashState, TextPlan, plan_image_folders, plan_text_lines, prepare_data
 from quantgate.stages.data.outputs import SAMPLES_CALIBRATION
 from quantgate.stages.evaluate import evaluate
 from quantgate.stages.export import export
@@ -35,12 +35,13 @@ from quantgate.stages.gate import ReleaseBaseline, gate
 from quantgate.stages.quantize import calibration_batches, quantize, search_quantization
 from quantgate.stages.quantize.outputs import SEARCH
 from quantgate.stages.report import report
-from quantgate.stages.report.outputs import PLOTS, REPORT_FILE
+from quantgate.stages.report.outputs import REPORT_FILE
 from quantgate.stages.train import train
 from quantgate.stages.train.checkpoint_state import CheckpointBytes
 from quantgate.stages.train.outputs import (
     AMP,
     ARCHITECTURE,
+    NECK,
     REFERENCE_LOGITS_FILE,
     SCALER,
     STEPS_FILE,
@@ -105,17 +106,19 @@ def check_calibration_size(store_root: str, data: StageRef, config: QuantizeConf
 
 @task(name="data", **STAGE_TASK)
 def data_task(store_root: str, version: VersionRef, config: DataConfig, reuse: bool = True) -> StageRef:
-    """Split the dataset; an image folder is scanned into a file table first (nothing is stored if it is bad)."""
-    plan: list[FolderPlan] = []
+    """Split the dataset; an image folder or text lines are scanned into a file table first (nothing is
+    stored if they are bad)."""
+    plan: list[FolderPlan | TextPlan] = []
+    planners = {"image_folder": plan_image_folders, "text_lines": plan_text_lines}
 
     def scan() -> dict:
-        # An image folder lives outside the store and may change under the same path: it is scanned every
-        # run (hashes of unchanged files come from the store's hash state), and the data stage is reused
-        # only when the scanned table - every file's bytes, size, mtime and place - is the recorded one.
-        if config.dataset != "image_folder":
+        # Files live outside the store and may change under the same path: they are scanned every run
+        # (hashes of unchanged files come from the store's hash state), and the data stage is reused only
+        # when the scanned table - every file's bytes, size, mtime, place and label - is the recorded one.
+        if config.dataset not in planners:
             return {}
         state = HashState(ArtifactStore(store_root).cache(FILE_HASH_STATE).state_file())
-        plan.append(plan_image_folders(config, state))
+        plan.append(planners[config.dataset](config, state))
         return {"file_table_sha256": plan[0].table_sha256}
 
     return run_stage(
@@ -177,12 +180,14 @@ def train_task(
 def export_task(store_root: str, version: VersionRef, trained: StageRef, data: StageRef,
                 reuse: bool = True, num_workers: int = 0) -> StageRef:
     """Save the FP32 inference model and check it against training."""
-    architecture = ArtifactStore(store_root).read_manifest(trained)["metrics"][ARCHITECTURE]
+    metrics = ArtifactStore(store_root).read_manifest(trained)["metrics"]
+    architecture, neck = metrics[ARCHITECTURE], metrics.get(NECK)
+    settings = {"architecture": architecture, **({"neck": neck} if neck else {})}  # classification keys unchanged
     return run_stage(
-        store_root, version, "export", {"architecture": architecture}, {"train": trained, "data": data},
+        store_root, version, "export", settings, {"train": trained, "data": data},
         lambda dirs, out: export(
             dirs["train"] / WEIGHTS_FILE, dirs["train"] / REFERENCE_LOGITS_FILE,
-            dirs["data"], architecture, out, num_workers,
+            dirs["data"], architecture, out, num_workers, neck=neck or "conv",
         ),
         reuse and not user_code(architecture),
     )
@@ -291,21 +296,23 @@ def gate_task(store_root: str, version: VersionRef, policy: GatePolicy, evaluate
 
 @task(name="report", **STAGE_TASK)
 def report_task(store_root: str, version: VersionRef, trained: StageRef, evaluated: StageRef, gated: StageRef,
-                quantized: StageRef | None = None) -> StageRef:
-    """report.md and PNG plots of the run, stored in the version."""
+                quantized: StageRef | None = None, data: StageRef | None = None) -> StageRef:
+    """report.md and its pictures, stored in the version; `data` defaults to this version's data stage."""
     store = ArtifactStore(store_root)
     train_metrics, evaluation, gate_record = (store.read_manifest(ref)["metrics"] for ref in (trained, evaluated, gated))
     search = search_summary(store, quantized)
+    data = data or store.stage_ref(version, "data")
     report_dir = store.stage_dir(version, "report")
     where = {
         "version": str(version.path),
         "report": str(report_dir / REPORT_FILE),
-        "plots": ", ".join(str(report_dir / name) for name in PLOTS),
+        "pictures": str(report_dir / "*.png"),
         "VisualDL": f"visualdl --logdir {store.stage_dir(version, trained.stage) / VISUALDL_DIR}",
     }
     return run_stage(
-        store_root, version, "report", {}, {"train": trained, "evaluate": evaluated, "gate": gated},
+        store_root, version, "report", {}, {"data": data, "train": trained, "evaluate": evaluated, "gate": gated},
         lambda dirs, out: report(f"{version.model} {version.version}", evaluation, gate_record, train_metrics,
-                                 dirs["train"] / STEPS_FILE, where, out, search),
+                                 dirs["train"] / STEPS_FILE, where, out, search, data_dir=dirs["data"],
+                                 evaluate_dir=dirs["evaluate"]),
         reuse=False,  # the report names this version's paths
     )

@@ -9,8 +9,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from quantgate.config_base import Section
+from quantgate.data_config import (  # noqa: F401  (one schema: the data section is re-exported)
+    TEXT_DATASETS,
+    AugmentConfig,
+    DataConfig,
+    DigitStringsConfig,
+    TransformsConfig,
+)
 from quantgate.errors import BadInput, clipped
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
@@ -45,121 +53,6 @@ class ConfigError(BadInput, ValueError):
         super().__init__(f"invalid configuration ({len(self.problems)} problem(s)):\n{lines}")
 
 
-class Section(BaseModel):
-    """Base for config sections: frozen, and unknown keys are refused."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TransformsConfig(Section):
-    """Deterministic pre-processing, applied as each image is read, the same for calibration, validation,
-    test and (without `augment`) training; recorded in the data manifest as the deployed model's pre-processing."""
-
-    resize: int | tuple[int, int] | None = Field(
-        None, description="Resize: one number scales the shorter side to it, [height, width] is exact; null keeps the size."
-    )
-    center_crop: int | tuple[int, int] | None = Field(
-        None, description="Center crop after resizing: one number for a square, or [height, width]; null for none."
-    )
-    color: Literal["rgb", "grayscale"] = Field("rgb", description="Convert every image to 3-channel RGB or 1-channel grayscale.")
-    mean: tuple[float, ...] = Field((0.0,), description="Per-channel mean subtracted from pixels scaled to [0, 1] (one value or one per channel).")
-    std: tuple[float, ...] = Field((1.0,), description="Per-channel standard deviation the pixels are divided by (one value or one per channel).")
-
-    @field_validator("resize", "center_crop")
-    @classmethod
-    def _sizes_are_positive(cls, size):
-        sizes = (size,) if isinstance(size, int) else size or ()
-        if any(value < 1 for value in sizes):
-            raise ValueError(f"sizes must be positive pixel counts, got {size}")
-        return size
-
-    @model_validator(mode="after")
-    def _mean_std_match_channels(self) -> "TransformsConfig":
-        channels = 3 if self.color == "rgb" else 1
-        for name in ("mean", "std"):
-            if len(getattr(self, name)) not in (1, channels):
-                allowed = "1 value" if channels == 1 else "1 or 3 values"
-                raise ValueError(f"{name} needs {allowed} for color={self.color!r}, got {list(getattr(self, name))}")
-        if any(value <= 0 for value in self.std):
-            raise ValueError(f"std values must be positive, got {list(self.std)}")
-        return self
-
-
-class AugmentConfig(Section):
-    """Random changes to training images only, seeded by (data.seed, epoch, image), so a run is reproducible;
-    calibration, validation and test always see the deterministic `transforms`."""
-
-    crop_scale: tuple[float, float] | None = Field(
-        None, description="Random resized crop: [smallest, largest] share of the image area kept, then resized to "
-        "the transforms' output size; null: no random crop."
-    )
-    horizontal_flip: bool = Field(False, description="Flip half the training images left to right.")
-    rotation_degrees: float = Field(0.0, ge=0, le=180, description="Rotate by a random angle in [-d, d] degrees.")
-    color_jitter: float = Field(
-        0.0, ge=0, le=1, description="Random brightness, contrast and saturation change of up to this share (0: none)."
-    )
-
-    @field_validator("crop_scale")
-    @classmethod
-    def _scale_is_a_range(cls, scale):
-        if scale is not None and not 0 < scale[0] <= scale[1] <= 1:
-            raise ValueError(f"crop_scale needs 0 < smallest <= largest <= 1, got {list(scale)}")
-        return scale
-
-    @property
-    def active(self) -> bool:
-        return self != AugmentConfig()
-
-
-class DataConfig(Section):
-    dataset: Literal["digits", "image_folder"] = Field(
-        "digits", description="'digits' (built-in 8x8 digits) or 'image_folder' (one sub-folder of images per class)."
-    )
-    path: str | None = Field(
-        None, description="image_folder: the folder of class sub-folders (train folder when test_path is set)."
-    )
-    test_path: str | None = Field(
-        None, description="image_folder: a separate test folder with the same classes; null splits `path` by seed."
-    )
-    transforms: TransformsConfig = Field(
-        default_factory=TransformsConfig, description="image_folder pre-processing (resize, crop, color, normalize)."
-    )
-    seed: int = Field(0, ge=0, description="Seed of the stratified train/calibration/validation/test split.")
-    calibration_fraction: float = Field(
-        0.15, gt=0, lt=0.5, description="Share of the data held out for INT8 calibration."
-    )
-    test_fraction: float = Field(
-        0.2, gt=0, lt=0.5, description="Share of the data held out for the FP32 vs INT8 accuracy check."
-    )
-    validation_fraction: float = Field(
-        0.1, ge=0, lt=0.5, description="Share of the data held out for the INT8 recipe search (0: none; "
-        "quantize.strategy 'search' needs it). Taken from training data; calibration and test are not touched."
-    )
-    augment: AugmentConfig = Field(
-        default_factory=AugmentConfig, description="image_folder: random augmentation of training images only."
-    )
-    num_workers: int = Field(
-        2, ge=0, le=64, description="image_folder: DataLoader worker processes decoding images (0: in the main process)."
-    )
-    scan_workers: int = Field(
-        8, ge=1, le=256, description="image_folder: threads hashing and checking image files when the data stage scans."
-    )
-    on_bad_image: Literal["error", "skip"] = Field(
-        "error", description="image_folder: a corrupt or truncated image stops the run ('error') or is left out and "
-        "listed in the data manifest ('skip')."
-    )
-
-    @model_validator(mode="after")
-    def _paths_match_dataset(self) -> "DataConfig":
-        if self.dataset == "image_folder" and not self.path:
-            raise ValueError("dataset 'image_folder' needs data.path, the folder with one sub-folder per class")
-        if self.dataset == "digits" and (self.path or self.test_path or self.transforms != TransformsConfig()
-                                         or self.augment.active):
-            raise ValueError("data.path, data.test_path, data.transforms and data.augment apply to dataset "
-                             "'image_folder' only")
-        return self
-
-
 class AmpConfig(Section):
     enabled: bool = Field(True, description="Train under paddle.amp.auto_cast with a GradScaler.")
     level: Literal["O1", "O2"] = Field(
@@ -191,7 +84,7 @@ class AmpConfig(Section):
 class TrainConfig(Section):
     architecture: str = Field(
         "digits_cnn", pattern=ARCHITECTURE_PATTERN,
-        description="Network: 'digits_cnn', a paddle.vision.models name (resnet18, mobilenet_v2, ...) or 'package.module:factory'.",
+        description="Network: 'digits_cnn', 'crnn' (text recognition), a paddle.vision.models name (resnet18, mobilenet_v2, ...) or 'package.module:factory'.",
     )
     nproc: int = Field(
         1, ge=1, le=1024, description="Data-parallel training processes (paddle.distributed.launch); 1 trains in-process."
@@ -203,6 +96,10 @@ class TrainConfig(Section):
     seed: int = Field(0, ge=0, description="Seed of weight initialisation and shuffling.")
     max_nonfinite_steps: int = Field(
         20, ge=1, description="Consecutive steps with a NaN/inf loss before training is declared diverged."
+    )
+    neck: Literal["conv", "bilstm"] = Field(
+        "conv", description="crnn: the sequence neck over the backbone's columns; 'conv' quantizes to INT8 whole, "
+        "'bilstm' keeps its LSTM in float."
     )
     grad_clip_norm: float | None = Field(
         None, gt=0, description="Clip the global L2 norm of the unscaled gradients to this value; null: no clipping."
@@ -325,6 +222,10 @@ class GatePolicy(Section):
         2000, ge=100, le=100_000, description="Paired bootstrap resamples of the test set for the delta's interval."
     )
     bootstrap_seed: int = Field(0, ge=0, description="Seed of the bootstrap resampling, so the interval is reproducible.")
+    max_cer_increase_pts: float = Field(
+        0.5, ge=0, le=100, description="text_recognition: largest allowed rise of INT8's character error rate over "
+        "FP32's, in percentage points (classification: not applicable)."
+    )
     min_speedup: float = Field(
         1.0, ge=0, description="Smallest allowed INT8 speedup over FP32 (FP32 / INT8 median latency in onnxruntime); "
         "1 fails an INT8 model slower than FP32, 0 disables the check."
@@ -332,6 +233,10 @@ class GatePolicy(Section):
 
 
 class PipelineConfig(Section):
+    task: Literal["classification", "text_recognition"] = Field(
+        "classification", description="'classification': one class per image, top-1; 'text_recognition': one text "
+        "line per image, CTC (datasets text_lines, digit_strings; architecture crnn or a factory)."
+    )
     model_name: str = Field(
         "digits-cnn", pattern=NAME_PATTERN, description="Name the versions are stored under (lowercase, digits, . _ -)."
     )
@@ -342,9 +247,26 @@ class PipelineConfig(Section):
     gate: GatePolicy = Field(default_factory=GatePolicy, description="Release gate policy.")
 
     @model_validator(mode="after")
+    def _task_fits_the_data(self) -> "PipelineConfig":
+        text_data, architecture = self.data.dataset in TEXT_DATASETS, self.train.architecture
+        if self.task == "text_recognition" and not text_data:
+            raise ValueError(f"task 'text_recognition' reads text lines: set data.dataset to 'text_lines' or "
+                             f"'digit_strings' (got {self.data.dataset!r})")
+        if self.task == "classification" and text_data:
+            raise ValueError(f"dataset {self.data.dataset!r} holds text lines: set task: text_recognition")
+        if text_data and architecture != "crnn" and ":" not in architecture:
+            raise ValueError(f"task 'text_recognition' needs train.architecture 'crnn' or your recognizer's "
+                             f"'package.module:factory' returning [N, T, C] logits (got {architecture!r})")
+        if architecture == "crnn" and not text_data:
+            raise ValueError("train.architecture 'crnn' is a text recognizer: use it with task: text_recognition")
+        return self
+
+    @model_validator(mode="after")
     def _architecture_fits_the_data(self) -> "PipelineConfig":
         # paddle.vision.models networks open with a 3-channel convolution.
         architecture = self.train.architecture
+        if self.data.dataset in TEXT_DATASETS:
+            return self
         if architecture != "digits_cnn" and ":" not in architecture:
             if self.data.dataset == "digits":
                 raise ValueError(f"train.architecture={architecture!r} needs RGB images; the built-in digits are "

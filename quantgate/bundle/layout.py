@@ -3,7 +3,8 @@
     DIR/bundle.json                  sealed canonical manifest: format, model, version, lineage, runtimes, sha256 of every file
     DIR/model_card.md, .json         what the model is, how it was trained, quantized and gated (model_card.py)
     DIR/preprocessing.json           the data stage's record: steps, transforms, input shape
-    DIR/classes.json                 class names, in the order of the model's outputs
+    DIR/classes.json                 classification: class names, in the order of the model's outputs
+    DIR/characters.txt               text recognition: the dictionary, one character per line (id = line + 1, 0 = blank)
     DIR/<runtime>/fp32.onnx, int8.onnx                   an ONNX runtime's models (onnxruntime, openvino)
     DIR/<runtime>/fp32/model.pdmodel, model.pdiparams    a Paddle program and its parameters (paddle_inference)
     DIR/<runtime>/int8/model.pdmodel, model.pdiparams
@@ -19,16 +20,25 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE
+from quantgate.stages.data.outputs import DICTIONARY_FILE as DATA_DICTIONARY_FILE
 from quantgate.stages.evaluate.outputs import ONNXRUNTIME, RUNTIME_NAMES
+# bundle.json "task" (absent in bundles from before tasks: classification)
+from quantgate.stages.tasks import CLASSIFICATION, TEXT_RECOGNITION  # noqa: F401
 
 BUNDLE_FILE = "bundle.json"
 MODEL_CARD_MD = "model_card.md"
 MODEL_CARD_JSON = "model_card.json"
 PREPROCESSING_FILE = "preprocessing.json"
 CLASSES_FILE = "classes.json"
+# A text recognizer's dictionary, copied from the data stage under its name there (PaddleOCR's format).
+DICTIONARY_FILE = DATA_DICTIONARY_FILE
 
 FORMAT = "quantgate-bundle"
-FORMAT_VERSION = 1
+# The newest format this quantgate reads and writes. Version 2 added text recognizers (bundle.json
+# "task", characters.txt instead of classes.json); a classifier's bundle is unchanged and stays version 1,
+# so quantgate releases that read only version 1 still run it.
+FORMAT_VERSION = 2
+CLASSIFIER_FORMAT_VERSION = 1
 
 DEFAULT_RUNTIME = ONNXRUNTIME
 KNOWN_RUNTIMES = RUNTIME_NAMES

@@ -7,6 +7,7 @@ version's stages measured and recorded; nothing is measured again here.
 
 from __future__ import annotations
 
+from quantgate.bundle.layout import TEXT_RECOGNITION
 from quantgate.bundle.sources import VersionSources
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE
 from quantgate.stages.evaluate.outputs import HEADLINE_METRICS, ONNXRUNTIME, PREDICTIONS_FILE
@@ -17,6 +18,11 @@ EVALUATION_COLUMNS = (("fp32_top1_pct", "FP32 top-1 %"), ("int8_top1_pct", "INT8
                       ("accuracy_delta_pts", "delta pts"), ("agreement", "agreement"),
                       ("latency_ms_p50_fp32", "FP32 p50 ms"), ("latency_ms_p50_int8", "INT8 p50 ms"),
                       ("speedup_int8_vs_fp32", "speedup x"), ("library", "library"))
+# A text recognizer's accuracy keys hold line accuracy; its character error rates are shown beside.
+TEXT_EVALUATION_COLUMNS = (("fp32_top1_pct", "FP32 line accuracy %"), ("int8_top1_pct", "INT8 line accuracy %"),
+                           ("accuracy_delta_pts", "delta pts"), ("fp32_cer_pct", "FP32 CER %"),
+                           ("int8_cer_pct", "INT8 CER %"), ("cer_increase_pts", "CER increase pts"),
+                           *EVALUATION_COLUMNS[3:])
 
 
 def evaluation_by_runtime(evaluated: dict, runtimes: tuple[str, ...]) -> dict[str, dict]:
@@ -52,10 +58,12 @@ def build_card(sources: VersionSources, files: dict[str, dict], lineage: dict, r
     criteria, verdicts = gate_by_runtime(sources.gate, sources.runtimes, primary)
     sizes = {runtime: {precision: sum(files[path]["bytes"] for path in paths) for precision, paths in forms.items()}
              for runtime, forms in runtime_files.items()}
+    task = sources.task
+    vocabulary = {"characters": sources.characters()} if task == TEXT_RECOGNITION else {"classes": sources.classes()}
     return {
         "created_at": created_at,
         "model": {"name": sources.ref.model, "version": sources.ref.version, "architecture": train.get("architecture"),
-                  "classes": sources.classes(), "input_shape": data.get("input_shape"),
+                  "task": task, **vocabulary, "input_shape": data.get("input_shape"),
                   "finalized_at": record.get("finalized_at")},
         "data": {"dataset": data.get("dataset"), "fingerprint_sha256": data.get("fingerprint_sha256"),
                  "samples": {split: data.get(f"samples_{split}") for split in SPLITS},
@@ -68,6 +76,7 @@ def build_card(sources: VersionSources, files: dict[str, dict], lineage: dict, r
         "quantization": {key: quantize.get(key) for key in ("algo", "recipe", "skip_tensors", "calibration_samples",
                                                              "quantize_linear_ops", "search")},
         "evaluation": {"primary_runtime": primary, "test_samples": evaluated.get("test_samples"),
+                       "accuracy_metric": evaluated.get("accuracy_metric", "top-1"),
                        "latency_batch_size": evaluated.get("latency_batch_size"), "cpu": evaluated.get("cpu"),
                        "config": sources.manifests["evaluate"].get("config"),
                        "runtimes": evaluation_by_runtime(evaluated, sources.runtimes)},
@@ -93,17 +102,27 @@ def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
 def render_markdown(card: dict) -> str:
     """model_card.md: the card's content for people, section by section."""
     sections = (_summary(card), _data(card["data"]), _training(card["training"]), _quantization(card["quantization"]),
-                _evaluation(card["evaluation"]), _gate(card["gate"]), _sizes(card["sizes_bytes"]),
-                _lineage(card["lineage"]))
+                _evaluation(card["evaluation"], card["model"].get("task")), _gate(card["gate"]),
+                _sizes(card["sizes_bytes"]), _lineage(card["lineage"]))
     return "\n\n".join("\n".join(lines) for lines in sections) + "\n"
 
 
 def _summary(card: dict) -> list[str]:
-    model, classes = card["model"], card["model"]["classes"]
-    shown = ", ".join(classes[:20]) + (", ..." if len(classes) > 20 else "")
+    model = card["model"]
+    if model.get("task") == TEXT_RECOGNITION:
+        characters = model["characters"]
+        shown = "".join(characters[:40]) + ("..." if len(characters) > 40 else "")
+        primary = card["evaluation"]["runtimes"].get(card["evaluation"]["primary_runtime"], {})
+        what = (f"recognizing text lines (CTC, greedy decoding) over a dictionary of {len(characters)} characters "
+                f"({shown}); INT8 line accuracy {_number(primary.get('int8_top1_pct'))} %, character error rate "
+                f"{_number(primary.get('int8_cer_pct'))} % on the test split,")
+    else:
+        classes = model["classes"]
+        shown = ", ".join(classes[:20]) + (", ..." if len(classes) > 20 else "")
+        what = f"classifying {len(classes)} classes ({shown})"
     return [f"# {model['name']} {model['version']}", "",
-            (f"{model['architecture']} classifying {len(classes)} classes ({shown}) from float32 NCHW inputs of shape "
-             f"{model['input_shape']}. Gate passed ({card['gate']['verdict']}). Bundled {card['created_at']}.")]
+            (f"{model['architecture']} {what} from float32 NCHW inputs of shape {model['input_shape']}. Gate passed "
+             f"({card['gate']['verdict']}). Bundled {card['created_at']}.")]
 
 
 def _data(data: dict) -> list[str]:
@@ -133,12 +152,12 @@ def _quantization(quantization: dict) -> list[str]:
              f"{', '.join(quantization.get('skip_tensors') or []) or 'none'}")]
 
 
-def _evaluation(evaluation: dict) -> list[str]:
-    rows = [(runtime, *(record.get(key) for key, _ in EVALUATION_COLUMNS))
-            for runtime, record in evaluation["runtimes"].items()]
+def _evaluation(evaluation: dict, task: str | None) -> list[str]:
+    columns = TEXT_EVALUATION_COLUMNS if task == TEXT_RECOGNITION else EVALUATION_COLUMNS
+    rows = [(runtime, *(record.get(key) for key, _ in columns)) for runtime, record in evaluation["runtimes"].items()]
     return [(f"## Evaluation (test split, {evaluation['test_samples']} samples; primary runtime "
              f"{evaluation['primary_runtime']})"), "",
-            *_table(("runtime", *(title for _, title in EVALUATION_COLUMNS)), rows)]
+            *_table(("runtime", *(title for _, title in columns)), rows)]
 
 
 def _gate(gate: dict) -> list[str]:

@@ -1,5 +1,6 @@
 """Predicting with a verified bundle: decode images, apply its preprocessing record, run one runtime's
-model, and rank the classes by probability (softmax of the logits).
+model, and rank the classes by probability (softmax of the logits), or, for a text recognizer, decode
+each line greedily (CTC) with the bundle's dictionary.
 
 The images go through the same decoding and `preprocess` the data stage used for training and for
 the gate's test split, so a bundle fed the test split's files reproduces the stored predictions.
@@ -14,10 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from quantgate.bundle.engines import load_engine
-from quantgate.bundle.layout import PRECISIONS
+from quantgate.bundle.layout import PRECISIONS, TEXT_RECOGNITION
 from quantgate.bundle.verify import VerifiedBundle
 from quantgate.config import TransformsConfig
 from quantgate.errors import BadInput
+from quantgate.stages.tasks.text import TextRecognition
 
 DEFAULT_BATCH = 64
 
@@ -40,7 +42,8 @@ class RankedClass:
 @dataclass(frozen=True)
 class Prediction:
     image: str
-    top: tuple[RankedClass, ...]
+    top: tuple[RankedClass, ...]  # classification; empty for a text recognizer
+    text: str | None = None  # text recognition: the decoded line
 
 
 def choose_runtime(bundle: VerifiedBundle, runtime: str | None, precision: str) -> str:
@@ -60,7 +63,8 @@ def choose_runtime(bundle: VerifiedBundle, runtime: str | None, precision: str) 
 
 def predict_images(bundle: VerifiedBundle, images: Sequence[str], runtime: str | None = None,
                    precision: str = "int8", top_k: int = 3) -> list[Prediction]:
-    """The `top_k` classes of each image, most probable first, from `runtime`'s `precision` model.
+    """The `top_k` classes of each image, most probable first, from `runtime`'s `precision` model; for a text
+    recognizer, each image's decoded line (greedy CTC: repeats merged, blanks dropped), as evaluated.
 
     The batch size and thread count are those the evaluate stage ran the models with.
 
@@ -70,7 +74,9 @@ def predict_images(bundle: VerifiedBundle, images: Sequence[str], runtime: str |
         RuntimeMissing: the runtime's library is not installed.
     """
     runtime = choose_runtime(bundle, runtime, precision)
-    classes = bundle.classes()
+    text = bundle.task == TEXT_RECOGNITION
+    decoder = TextRecognition(bundle.characters()) if text else None
+    classes = [] if text else bundle.classes()
     record = bundle.preprocessing()
     transforms = TransformsConfig.model_validate(record["transforms"])
     input_shape = tuple(record["input_shape"])
@@ -79,7 +85,11 @@ def predict_images(bundle: VerifiedBundle, images: Sequence[str], runtime: str |
     engine = load_engine(runtime, bundle.model_files(runtime, precision), precision, threads,
                          (batch_size, *input_shape))
     predictions = []
-    for names, batch in _batches(images, transforms, input_shape, batch_size):
+    for names, batch in _batches(images, transforms, input_shape, batch_size, text):
+        if decoder is not None:
+            lines = decoder.predict(engine(batch))
+            predictions += [Prediction(name, (), str(line)) for name, line in zip(names, lines)]
+            continue
         logits = np.asarray(engine(batch), dtype=np.float64)
         # Ranked by logit, stably, so the first is exactly the argmax the evaluate stage stored.
         order = np.argsort(-logits, axis=1, kind="stable")[:, :top_k]
@@ -92,15 +102,17 @@ def predict_images(bundle: VerifiedBundle, images: Sequence[str], runtime: str |
 
 
 def _batches(images: Sequence[str], transforms: TransformsConfig, input_shape: tuple[int, ...],
-             batch_size: int) -> Iterator[tuple[list[str], np.ndarray]]:
+             batch_size: int, text: bool = False) -> Iterator[tuple[list[str], np.ndarray]]:
     """The images decoded and preprocessed, `batch_size` at a time, so memory holds one batch."""
     for start in range(0, len(images), batch_size):
         names = [str(image) for image in images[start:start + batch_size]]
-        yield names, np.stack([load_image(Path(name), transforms, input_shape) for name in names])
+        yield names, np.stack([load_image(Path(name), transforms, input_shape, text) for name in names])
 
 
-def load_image(path: Path, transforms: TransformsConfig, input_shape: tuple[int, ...]) -> np.ndarray:
-    """One image as the model's float32 CHW input, decoded and transformed as the data stage does.
+def load_image(path: Path, transforms: TransformsConfig, input_shape: tuple[int, ...],
+               text: bool = False) -> np.ndarray:
+    """One image as the model's float32 CHW input, decoded and transformed as the data stage does (a text
+    line: resized to the recognizer's height, padded to its width).
 
     Raises:
         BadImage: the file is missing, cannot be decoded, or becomes another shape than `input_shape`.
@@ -109,6 +121,7 @@ def load_image(path: Path, transforms: TransformsConfig, input_shape: tuple[int,
 
     from quantgate.stages.data.file_hashes import DECODE_ERRORS
     from quantgate.stages.data.image_folders import preprocess
+    from quantgate.stages.data.text_reading import line_pixels
 
     if not path.is_file():
         raise BadImage(f"image {path} {'is not a file' if path.exists() else 'does not exist'}; pass image files")
@@ -119,7 +132,7 @@ def load_image(path: Path, transforms: TransformsConfig, input_shape: tuple[int,
     except DECODE_ERRORS as exc:
         raise BadImage(f"image {path} cannot be decoded ({type(exc).__name__}: {exc}); pass a PNG, JPEG or BMP "
                        "file") from exc
-    pixels = preprocess(image, transforms)
+    pixels = line_pixels(image, input_shape, transforms) if text else preprocess(image, transforms)
     if pixels.shape != input_shape:
         raise BadImage(f"image {path} becomes shape {list(pixels.shape)} after the bundle's preprocessing, but the "
                        f"model takes {list(input_shape)}: the recorded transforms do not fix the size "

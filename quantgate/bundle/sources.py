@@ -10,6 +10,8 @@ from pathlib import Path
 
 from quantgate.artifacts import ArtifactError, ArtifactStore, VersionRef
 from quantgate.bundle.layout import (
+    CLASSIFICATION,
+    DICTIONARY_FILE,
     KNOWN_RUNTIMES,
     MODELS_BEFORE_MULTI_RUNTIME,
     PRECISIONS,
@@ -63,6 +65,39 @@ class VersionSources:
             raise CannotBundle(f"{self.label} {stage}/{name} changed while it was being read; run "
                                "`quantgate fsck` and bundle again")
         return json.loads(data)
+
+    @property
+    def task(self) -> str:
+        """The data stage's task: "classification" (also for records from before tasks) or "text_recognition"."""
+        return str(self.read_json("data", DATASET_FILE).get("task", CLASSIFICATION))
+
+    def characters(self) -> list[str]:
+        """A text recognizer's dictionary, in id order, as the data stage recorded it."""
+        characters = [str(character) for character in self.read_json("data", DATASET_FILE)["characters"]]
+        if len(characters) + 1 != int(self.metrics("data")["num_classes"]):
+            raise CannotBundle(f"{self.label}: the data stage's dictionary has {len(characters)} characters but it "
+                               f"records num_classes={self.metrics('data')['num_classes']} (characters + the CTC "
+                               "blank); run `quantgate fsck`")
+        return characters
+
+    def dictionary(self) -> bytes:
+        """characters.txt as the data stage stored it, checked against its manifest and its dataset record.
+
+        Raises:
+            CannotBundle: the data stage holds no dictionary, or it differs from the dataset record.
+        """
+        characters = self.characters()
+        if DICTIONARY_FILE not in self.manifests["data"]["files"]:
+            raise CannotBundle(f"cannot bundle {self.label}: its data stage holds no {DICTIONARY_FILE}, which a text "
+                               "recognizer's bundle decodes with; run it again with `quantgate run`")
+        data = (self.folders["data"] / DICTIONARY_FILE).read_bytes()
+        if hashlib.sha256(data).hexdigest() != self.recorded_sha256("data", DICTIONARY_FILE):
+            raise CannotBundle(f"{self.label} data/{DICTIONARY_FILE} changed while it was being read; run "
+                               "`quantgate fsck` and bundle again")
+        if data.decode("utf-8").removesuffix("\n").split("\n") != characters:
+            raise CannotBundle(f"{self.label}: data/{DICTIONARY_FILE} differs from the dictionary the data stage "
+                               "recorded in its dataset.json; run `quantgate fsck`")
+        return data
 
     def classes(self) -> list[str]:
         classes = [str(name) for name in self.read_json("data", DATASET_FILE)["classes"]]

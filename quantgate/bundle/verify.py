@@ -16,11 +16,14 @@ from pathlib import Path, PurePosixPath
 from quantgate.bundle.layout import (
     BUNDLE_FILE,
     CLASSES_FILE,
+    CLASSIFICATION,
+    DICTIONARY_FILE,
     FORMAT,
     FORMAT_VERSION,
     KNOWN_RUNTIMES,
     PRECISIONS,
     PREPROCESSING_FILE,
+    TEXT_RECOGNITION,
 )
 from quantgate.bundle.manifest import seal_matches, sha256_file
 from quantgate.errors import BadInput
@@ -47,16 +50,29 @@ class VerifiedBundle:
     def runtimes(self) -> list[str]:
         return list(self.manifest["runtimes"])
 
+    @property
+    def task(self) -> str:
+        """"classification" (bundles from before tasks too) or "text_recognition"."""
+        return str(self.manifest.get("task", CLASSIFICATION))
+
     def model_files(self, runtime: str, precision: str) -> list[Path]:
         """The files `runtime` loads for `precision`, the one to load first."""
         return [self.root / path for path in self.manifest["runtimes"][runtime][precision]]
 
-    def read_json(self, name: str) -> object:
-        """A small file of the bundle, parsed from bytes whose sha256 was checked as they were read."""
+    def read_bytes(self, name: str) -> bytes:
+        """A small file of the bundle, whose sha256 was checked as it was read."""
         data = (self.root / name).read_bytes()
         if hashlib.sha256(data).hexdigest() != self.manifest["files"][name]["sha256"]:
             raise BundleInvalid(f"bundle {self.root}: {name} changed while it was being read; {_FIX}")
-        return json.loads(data)
+        return data
+
+    def read_json(self, name: str) -> object:
+        """A small JSON file of the bundle, parsed from bytes whose sha256 was checked as they were read."""
+        return json.loads(self.read_bytes(name))
+
+    def characters(self) -> tuple[str, ...]:
+        """A text recognizer's dictionary (characters.txt), in id order: output index k is character k - 1."""
+        return tuple(self.read_bytes(DICTIONARY_FILE).decode("utf-8").removesuffix("\n").split("\n"))
 
     def classes(self) -> list[str]:
         return [str(name) for name in self.read_json(CLASSES_FILE)]
@@ -141,7 +157,11 @@ def _check_listing(where: Path, manifest: dict) -> None:
                 not isinstance(forms.get(precision), list) or not forms[precision]
                 or any(path not in files for path in forms[precision]) for precision in PRECISIONS):
             raise BundleInvalid(f"{where} describes runtime {runtime!r} with files it does not list; {_FIX}")
-    for required in (CLASSES_FILE, PREPROCESSING_FILE):
+    task = manifest.get("task", CLASSIFICATION)
+    if task not in (CLASSIFICATION, TEXT_RECOGNITION):
+        raise BundleInvalid(f"{where} holds a model for task {task!r}, which this quantgate does not know; upgrade "
+                            "quantgate to read it")
+    for required in (DICTIONARY_FILE if task == TEXT_RECOGNITION else CLASSES_FILE, PREPROCESSING_FILE):
         if required not in files:
             raise BundleInvalid(f"{where} lists no {required}; {_FIX}")
 

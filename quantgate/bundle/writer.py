@@ -19,12 +19,15 @@ from quantgate.artifacts import ArtifactStore, VersionRef
 from quantgate.bundle.layout import (
     BUNDLE_FILE,
     CLASSES_FILE,
+    CLASSIFIER_FORMAT_VERSION,
     DEFAULT_RUNTIME,
+    DICTIONARY_FILE,
     FORMAT,
     FORMAT_VERSION,
     MODEL_CARD_JSON,
     MODEL_CARD_MD,
     PREPROCESSING_FILE,
+    TEXT_RECOGNITION,
 )
 from quantgate.bundle.manifest import (
     canonical_json,
@@ -97,8 +100,12 @@ def _rename_into_place(staging: Path, out: Path) -> None:
 def _fill(staging: Path, sources: VersionSources) -> None:
     """Copy each gated runtime's models, write the records and the card, then the sealed manifest."""
     files, origins, runtime_files = _copy_models(staging, sources)
-    for name, value in ((PREPROCESSING_FILE, sources.preprocessing()), (CLASSES_FILE, sources.classes())):
-        files[name] = _written(staging / name, canonical_json(value))
+    text = sources.task == TEXT_RECOGNITION
+    files[PREPROCESSING_FILE] = _written(staging / PREPROCESSING_FILE, canonical_json(sources.preprocessing()))
+    if text:  # the recognizer's output ids as characters: what predict decodes its lines with
+        files[DICTIONARY_FILE] = _written(staging / DICTIONARY_FILE, sources.dictionary())
+    else:
+        files[CLASSES_FILE] = _written(staging / CLASSES_FILE, canonical_json(sources.classes()))
     created_at = datetime.now(UTC).isoformat(timespec="seconds")
     lineage = {"store": str(sources.store.root), "model": sources.ref.model, "version": sources.ref.version,
                "version_record_sha256": sources.record.get("record_sha256"), "decision": sources.decision,
@@ -108,7 +115,8 @@ def _fill(staging: Path, sources: VersionSources) -> None:
     files[MODEL_CARD_MD] = _written(staging / MODEL_CARD_MD, render_markdown(card).encode("utf-8"))
     evaluate_config = sources.manifests["evaluate"].get("config") or {}
     manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "created_at": created_at,
+        "format": FORMAT, "format_version": FORMAT_VERSION if text else CLASSIFIER_FORMAT_VERSION,
+        "created_at": created_at,
         "created_by": f"quantgate {importlib.metadata.version('quantgate')}",
         "model": sources.ref.model, "version": sources.ref.version, "architecture": card["model"]["architecture"],
         "input": {"shape": card["model"]["input_shape"], "dtype": "float32", "layout": "NCHW"},
@@ -116,7 +124,8 @@ def _fill(staging: Path, sources: VersionSources) -> None:
         "default_runtime": DEFAULT_RUNTIME if DEFAULT_RUNTIME in runtime_files else sources.runtimes[0],
         # How the gate ran the models; predict runs them the same way, so it reproduces the stored predictions.
         "evaluated_with": {"batch_size": evaluate_config.get("batch_size"), "threads": evaluate_config.get("threads")},
-        "classes": CLASSES_FILE, "preprocessing": PREPROCESSING_FILE, "model_card": [MODEL_CARD_MD, MODEL_CARD_JSON],
+        **({"task": TEXT_RECOGNITION, "characters": DICTIONARY_FILE} if text else {"classes": CLASSES_FILE}),
+        "preprocessing": PREPROCESSING_FILE, "model_card": [MODEL_CARD_MD, MODEL_CARD_JSON],
         "gate": {"passed": True, "verdict": sources.verdict, "runtimes": card["gate"]["runtimes"]},
         "lineage": lineage,
         "files": files,

@@ -78,6 +78,9 @@ def handle(args: argparse.Namespace) -> int:
         sizes = "  ".join(f"{precision} {sum(files[path]['bytes'] for path in paths) / 1024:.1f} KiB"
                           for precision, paths in forms.items())
         print(f"  {runtime:<17} {sizes}")
+    if "characters" in bundle.manifest:  # a text recognizer: the dictionary its lines are decoded with
+        print(f"  {'dictionary':<17} {bundle.root / bundle.manifest['characters']} "
+              f"({len(bundle.characters())} characters + the CTC blank)")
     print(f"  {'model card':<17} {bundle.root / MODEL_CARD_MD}")
     print(f"  {'manifest':<17} {bundle.root / BUNDLE_FILE} ({len(files)} files with sha256)")
     print(f"  {'check it':<17} quantgate predict {bundle.root} IMAGE...")

@@ -1,4 +1,5 @@
-"""`quantgate predict BUNDLE IMAGE...`: check a bundle on this machine by classifying images with it.
+"""`quantgate predict BUNDLE IMAGE...`: check a bundle on this machine by classifying images with it (or, for
+a text recognizer, reading the text line in each image).
 
 Exit codes: 0 predicted, 2 bad input (a bundle whose files do not match its manifest, an unreadable
 image, a runtime the bundle lacks or this machine has not installed).
@@ -15,21 +16,23 @@ from quantgate.cli.shared import add_json_option
 
 
 def register(commands) -> None:
-    parser = commands.add_parser("predict", help="classify images with a bundle (verified against its manifest first)")
+    parser = commands.add_parser("predict", help="classify images, or read text lines, with a bundle (verified "
+                                                 "against its manifest first)")
     parser.add_argument("bundle", type=Path, metavar="BUNDLE", help="folder written by `quantgate bundle --out`")
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, BMP)")
     parser.add_argument("--runtime", help="onnxruntime, openvino or paddle_inference (default: the bundle's default, "
                                           "onnxruntime when it holds it)")
     parser.add_argument("--precision", choices=("int8", "fp32"), default="int8",
                         help="which of the bundle's models to run (default: int8, the one the gate released)")
-    parser.add_argument("--top-k", type=int, default=3, metavar="K", help="classes to show per image (default: 3)")
+    parser.add_argument("--top-k", type=int, default=3, metavar="K",
+                        help="classes to show per image (default: 3; a text recognizer prints its decoded line)")
     add_json_option(parser, help="print JSON for scripts")
     parser.add_argument("--verbose", action="store_true", help="show the runtime libraries' own output")
     parser.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    """Verify the bundle, predict every image, print its top classes.
+    """Verify the bundle, predict every image, print its top classes (or its decoded text line).
 
     Raises:
         BundleInvalid: the bundle is missing, edited, or a file differs from its manifest.
@@ -48,17 +51,25 @@ def handle(args: argparse.Namespace) -> int:
         predictions = _quietly(lambda: predict_images(bundle, args.images, runtime, args.precision, args.top_k))
     if args.json:
         print(json.dumps({"model": bundle.manifest["model"], "version": bundle.manifest["version"],
-                          "runtime": runtime, "precision": args.precision, "predictions": [
-                              {"image": p.image, "top": [{"class": c.name, "index": c.index,
-                                                          "probability": c.probability} for c in p.top]}
-                              for p in predictions]}, indent=2))
+                          "runtime": runtime, "precision": args.precision,
+                          "predictions": [_json_prediction(p) for p in predictions]}, indent=2, ensure_ascii=False))
         return 0
     print(f"bundle {bundle.label}: {len(bundle.manifest['files'])} files verified; {runtime} "
           f"{args.precision.upper()} model")
     for prediction in predictions:
+        if prediction.text is not None:
+            print(f"{prediction.image}: {prediction.text}")
+            continue
         ranked = "  ".join(f"{c.name} {c.probability:.4f}" for c in prediction.top)
         print(f"{prediction.image}: {ranked}")
     return 0
+
+
+def _json_prediction(prediction) -> dict:
+    if prediction.text is not None:
+        return {"image": prediction.image, "text": prediction.text}
+    return {"image": prediction.image, "top": [{"class": c.name, "index": c.index, "probability": c.probability}
+                                               for c in prediction.top]}
 
 
 def _quietly(work):

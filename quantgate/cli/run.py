@@ -193,17 +193,20 @@ def summary_lines(info, version_path: str, wall_seconds: float) -> list[str]:
 
 
 def metric_lines(metrics: dict | None) -> list[str]:
-    """Top-1 and latency of FP32 vs INT8, as the evaluate stage measured them."""
+    """Accuracy (top-1, or line accuracy and CER for text) and latency of FP32 vs INT8, as evaluated."""
     from quantgate.stages.evaluate import outputs as headline
 
     if not metrics:
         return []
-    top1 = (f"  top-1     FP32 {metrics[headline.FP32_TOP1]:.2f} %   INT8 {metrics[headline.INT8_TOP1]:.2f} %   "
-            f"delta {metrics[headline.ACCURACY_DELTA]:+.2f} pts   agreement {metrics[headline.AGREEMENT]:.4f}")
-    latency = (f"  latency   FP32 {metrics[headline.LATENCY_P50_FP32]:.3f} ms   "
-               f"INT8 {metrics[headline.LATENCY_P50_INT8]:.3f} ms"
-               "   (onnxruntime, median per batch)")
-    return [top1, latency]
+    name = {"line accuracy": "line acc"}.get(metrics.get(headline.ACCURACY_METRIC), "top-1")
+    lines = [f"  {name:<9} FP32 {metrics[headline.FP32_TOP1]:.2f} %   INT8 {metrics[headline.INT8_TOP1]:.2f} %   "
+             f"delta {metrics[headline.ACCURACY_DELTA]:+.2f} pts   agreement {metrics[headline.AGREEMENT]:.4f}"]
+    if headline.CER_INCREASE in metrics:
+        lines.append(f"  CER       FP32 {metrics[headline.FP32_CER]:.2f} %   INT8 {metrics[headline.INT8_CER]:.2f} %   "
+                     f"increase {metrics[headline.CER_INCREASE]:+.2f} pts")
+    lines.append(f"  latency   FP32 {metrics[headline.LATENCY_P50_FP32]:.3f} ms   "
+                 f"INT8 {metrics[headline.LATENCY_P50_INT8]:.3f} ms   (onnxruntime, median per batch)")
+    return lines
 
 
 def training_lines(record: dict) -> list[str]:

@@ -6,3 +6,7 @@ from quantgate.stages.shared.errors import StageError
 
 class DataError(StageError, BadInput):
     """The dataset or its split is unusable."""
+
+
+class BadTextLines(DataError):
+    """A text-line dataset is unusable: its label file, dictionary or an image it names (each named, with the fix)."""

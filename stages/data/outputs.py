@@ -1,21 +1,28 @@
-"""What the data stage writes: the dataset record, and the split arrays (digits) or the file table (image folders)."""
+"""What the data stage writes: the dataset record, and the split arrays (built-in datasets) or the file table
+(image folders, text lines); for text recognition also the character dictionary."""
 
 from quantgate.stages.shared.outputs import StageOutputs
 
-DATASET_FILE = "dataset.json"  # kind, classes, input shape, transforms, augmentation, where the folders lie
-SPLITS_FILE = "splits.npz"  # the built-in digits: the split arrays
-TABLE_FILE = "files.csv.gz"  # image folders: every file, its split, label, size, mtime and sha256
+DATASET_FILE = "dataset.json"  # task, kind, classes or characters, input shape, transforms, augmentation, roots
+SPLITS_FILE = "splits.npz"  # the built-in digits and digit_strings: the split arrays
+TABLE_FILE = "files.csv.gz"  # image folders and text lines: every file, its split, label, size, mtime and sha256
+DICTIONARY_FILE = "characters.txt"  # text recognition: one character per line (PaddleOCR's format), id = line number
 
 FINGERPRINT = "fingerprint_sha256"
-PREPROCESSING = "preprocessing"  # image folders: what a deployment must do to an image before the model
+PREPROCESSING = "preprocessing"  # what a deployment must do to an image before the model
 SAMPLES_CALIBRATION = "samples_calibration"
-SOURCE = "source"  # image folders: classes, folders, file count and bytes, the table's digest
+SOURCE = "source"  # files on disk: classes or label files, folders, file count and bytes, the table's digest
+NUM_CHARACTERS = "num_characters"  # text recognition: the dictionary's size (num_classes is one more: the blank)
+MAX_TEXT_LENGTH = "max_text_length"  # text recognition: the longest label, in characters
+SKIPPED_LINES = "skipped_lines"  # text lines: each line left out, {"line", "file", "reason"}
 
 OUTPUTS = StageOutputs(
     stage="data",
-    description="seeded train / calibration / validation / test split of the digits or an image folder (file table)",
+    description="seeded train / calibration / validation / test split of the digits, an image folder, text lines "
+                "(file table) or the built-in digit strings",
     files=(DATASET_FILE,),
-    optional_files=(SPLITS_FILE, TABLE_FILE),
-    metrics=("dataset", FINGERPRINT, "num_classes", "input_shape", "samples_train", SAMPLES_CALIBRATION,
-             "samples_validation", "samples_test", SOURCE, PREPROCESSING, "augmentation", "skipped_images"),
+    optional_files=(SPLITS_FILE, TABLE_FILE, DICTIONARY_FILE),
+    metrics=("dataset", "task", FINGERPRINT, "num_classes", "input_shape", "samples_train", SAMPLES_CALIBRATION,
+             "samples_validation", "samples_test", SOURCE, PREPROCESSING, "augmentation", "skipped_images",
+             NUM_CHARACTERS, MAX_TEXT_LENGTH, SKIPPED_LINES, "squeezed_lines"),
 )

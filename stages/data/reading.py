@@ -1,9 +1,12 @@
-"""Reading a data stage's output: one interface for the in-memory digits and for image folders on disk.
+"""Reading a data stage's output: one interface for the in-memory datasets and for files on disk.
 
 Every stage after `data` opens the data stage's folder with `open_data` and asks for batches of a
-split. For image folders, `paddle.io.DataLoader` worker processes decode and transform each file as
-it is needed (nothing holds all images), and each file is checked against the size and mtime the data
-stage recorded: a file changed since is named, never silently read.
+split. For image folders and text lines, `paddle.io.DataLoader` worker processes decode and transform
+each file as it is needed (nothing holds all images), and each file is checked against the size and
+mtime the data stage recorded: a file changed since is named, never silently read.
+
+For text recognition a batch's labels are the lines' dictionary ids padded with 0 (the CTC blank),
+int64 [B, max_text_length]; `references` gives the label strings the predictions are compared with.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ from quantgate.stages.data.file_hashes import DECODE_ERRORS
 from quantgate.stages.data.file_table import FileRow, read_table
 from quantgate.stages.data.image_folders import preprocess
 from quantgate.stages.data.outputs import DATASET_FILE, SPLITS_FILE, TABLE_FILE
+from quantgate.stages.data.text_reading import FILE_CHANGED, FILE_UNREADABLE, READ_OK, TextLineSplit
+from quantgate.stages.tasks import TEXT_RECOGNITION, Task, task_of
+from quantgate.stages.tasks.text import encode
 
 SPLIT_NAMES = ("train", "calibration", "validation", "test")
-READ_OK, FILE_CHANGED, FILE_UNREADABLE = 0, 1, 2
 
 
 class DataChanged(DataError):
@@ -111,7 +116,25 @@ class StoredData:
 
     @property
     def classes(self) -> list[str]:
-        return list(self.spec["classes"])
+        """The class names (classification; empty for text recognition, whose outputs are `characters`)."""
+        return list(self.spec.get("classes", []))
+
+    @property
+    def task(self) -> Task:
+        return task_of(self.spec)
+
+    @property
+    def is_text(self) -> bool:
+        return self.spec.get("task") == TEXT_RECOGNITION
+
+    @property
+    def characters(self) -> tuple[str, ...]:
+        """Text recognition's dictionary: id i > 0 is characters[i - 1], 0 the CTC blank (empty otherwise)."""
+        return tuple(self.spec.get("characters", ()))
+
+    @property
+    def max_text_length(self) -> int:
+        return int(self.spec.get("max_text_length", 0))
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -134,9 +157,24 @@ class StoredData:
         return len(self.rows[split]) if self.on_disk else len(self.arrays[f"y_{split}"])
 
     def labels(self, split: str) -> np.ndarray:
+        """What a batch's labels hold, for the whole split: class indices, or padded ids [N, L] for text."""
+        if not self.on_disk:
+            return self.arrays[f"y_{split}"]
+        if self.is_text:
+            index = {character: position + 1 for position, character in enumerate(self.characters)}
+            ids = [encode(row.label_name, index, self.max_text_length) for row in self.rows[split]]
+            return np.stack(ids) if ids else np.zeros((0, self.max_text_length), np.int64)
+        return np.asarray([row.label for row in self.rows[split]], dtype=np.int64)
+
+    def references(self, split: str) -> np.ndarray:
+        """What predictions of `split` are compared with: the label strings (a numpy unicode array) for text,
+        the class indices for classification."""
+        if not self.is_text:
+            return self.labels(split)
         if self.on_disk:
-            return np.asarray([row.label for row in self.rows[split]], dtype=np.int64)
-        return self.arrays[f"y_{split}"]
+            texts = [row.label_name for row in self.rows[split]]
+            return np.asarray(texts, dtype=str) if texts else np.zeros(0, dtype="<U1")
+        return self.arrays[f"text_{split}"]
 
     def files(self, split: str) -> list[str]:
         """Where each image of `split` lies, in order ("digits[<index>]" for the built-in digits)."""
@@ -147,18 +185,25 @@ class StoredData:
     def split_digest(self, split: str) -> str:
         """sha256 of what decides a split's inputs: its rows (or arrays) and the transforms."""
         digest = hashlib.sha256(json.dumps(self.spec.get("transforms"), sort_keys=True).encode())
+        if self.is_text:  # the dictionary decides the ids; a line's text is its label
+            digest.update(json.dumps(self.characters).encode())
         if self.on_disk:
             for row in self.rows[split]:
-                digest.update(f"{row.file}\0{row.label}\0{row.sha256}\n".encode())
+                text = f"{row.label_name}\0" if self.is_text else ""
+                digest.update(f"{row.file}\0{row.label}\0{text}{row.sha256}\n".encode())
         else:
             for axis in "xy":
                 digest.update(np.ascontiguousarray(self.arrays[f"{axis}_{split}"]).tobytes())
         return digest.hexdigest()
 
-    def dataset(self, split: str, augment: bool = False, epoch: int = 0) -> FileSplit:
+    def dataset(self, split: str, augment: bool = False, epoch: int = 0) -> FileSplit | TextLineSplit:
         """`split`'s files as a paddle.io.Dataset; `augment` applies the recorded training augmentation."""
         spec = self.spec
         augmentation = AugmentConfig.model_validate(spec["augment"]) if augment else None
+        if self.is_text:
+            return TextLineSplit(self.rows[split], spec["roots"], TransformsConfig.model_validate(spec["transforms"]),
+                                 self.characters, self.max_text_length,
+                                 augmentation if augmentation and augmentation.active else None, spec["seed"], epoch)
         return FileSplit(self.rows[split], spec["roots"], TransformsConfig.model_validate(spec["transforms"]),
                          self.input_shape, augmentation if augmentation and augmentation.active else None,
                          spec["seed"], epoch)
@@ -199,7 +244,8 @@ class StoredData:
         """The first `limit` images of `split` (all when None) in memory: for small splits and single batches."""
         parts = list(self.batches(split, 256, 0, limit))
         if not parts:
-            return np.zeros((0, *self.input_shape), np.float32), np.zeros((0,), np.int64)
+            labels = (0, self.max_text_length) if self.is_text else (0,)
+            return np.zeros((0, *self.input_shape), np.float32), np.zeros(labels, np.int64)
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
@@ -232,7 +278,7 @@ def _workers_sigchld_handler(active: bool) -> Iterator[None]:
         signal.signal(signal.SIGCHLD, previous)
 
 
-def _changed(dataset: FileSplit, index: int, status: int) -> DataChanged:
+def _changed(dataset: FileSplit | TextLineSplit, index: int, status: int) -> DataChanged:
     path = dataset.path(index)
     if status == FILE_CHANGED:
         return DataChanged(f"image {path} changed after the data stage recorded it (size or mtime differ, or it is "

@@ -1,9 +1,10 @@
-"""Data stage: the built-in digits or an image-classification folder, split deterministically into
-train / calibration / validation / test.
+"""Data stage: the built-in digits, an image-classification folder, text lines in PaddleOCR's layout or
+the built-in digit strings, split deterministically into train / calibration / validation / test.
 
 The validation split is for choices made after training (the INT8 recipe search); the test split
-stays untouched until the gate reads it. An image folder is recorded as a file table (`file_table.py`),
-never as pixels: the stages after this one stream the files (`reading.py`).
+stays untouched until the gate reads it. An image folder or a text-line dataset is recorded as a file
+table (`file_table.py`), never as pixels: the stages after this one stream the files (`reading.py`).
+Text recognition's datasets are prepared in `text_splits.py`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.datasets import load_digits
 
-from quantgate.config import DataConfig, TransformsConfig
+from quantgate.config import TEXT_DATASETS, DataConfig, TransformsConfig
 from quantgate.stages.data.augment import augmentation_record
 from quantgate.stages.data.errors import DataError
 from quantgate.stages.data.file_table import content_fingerprint, write_table
@@ -24,6 +25,10 @@ from quantgate.stages.data.folder_plan import FolderPlan, plan_image_folders
 from quantgate.stages.data.image_folders import preprocessing_record
 from quantgate.stages.data.outputs import DATASET_FILE, SPLITS_FILE, TABLE_FILE
 from quantgate.stages.data.stratify import SPLIT_NAMES, check_every_class, split_indices
+from quantgate.stages.data.text_lines import TextPlan, plan_text_lines
+from quantgate.stages.data.text_splits import prepare_digit_strings, prepare_text_lines
+
+CLASSIFICATION = "classification"
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,8 @@ def _prepare_arrays(config: DataConfig, out_dir: Path) -> dict:
         arrays[f"index_{name}"] = indices[name]
     np.savez(Path(out_dir) / SPLITS_FILE, **arrays)
     classes = [str(k) for k in range(num_classes)]
-    _write_spec(out_dir, {"kind": "arrays", "dataset": config.dataset, "classes": classes, "num_classes": num_classes,
+    _write_spec(out_dir, {"task": CLASSIFICATION, "kind": "arrays", "dataset": config.dataset, "classes": classes,
+                          "num_classes": num_classes,
                           "input_shape": list(images.shape[1:]), "seed": config.seed,
                           "transforms": DIGITS_TRANSFORMS.model_dump(mode="json")})
     preprocessing = preprocessing_record(DIGITS_TRANSFORMS, images.shape[1:])
@@ -90,7 +96,8 @@ def _prepare_arrays(config: DataConfig, out_dir: Path) -> dict:
 def _prepare_folders(config: DataConfig, out_dir: Path, plan: FolderPlan) -> dict:
     write_table(Path(out_dir) / TABLE_FILE, plan.rows)
     transforms = config.transforms.model_dump(mode="json")
-    _write_spec(out_dir, {"kind": "files", "dataset": config.dataset, "classes": list(plan.classes),
+    _write_spec(out_dir, {"task": CLASSIFICATION, "kind": "files", "dataset": config.dataset,
+                          "classes": list(plan.classes),
                           "num_classes": len(plan.classes), "input_shape": list(plan.input_shape),
                           "roots": plan.roots, "transforms": transforms,
                           "augment": config.augment.model_dump(mode="json"), "seed": config.seed})
@@ -110,15 +117,28 @@ def _prepare_folders(config: DataConfig, out_dir: Path, plan: FolderPlan) -> dic
     }
 
 
-def prepare_data(config: DataConfig, out_dir: Path, plan: FolderPlan | None = None) -> DataResult:
+def _prepare_text(config: DataConfig, out_dir: Path, plan: TextPlan | None) -> dict:
+    if config.dataset == "text_lines":
+        spec, metrics = prepare_text_lines(config, out_dir, plan or plan_text_lines(config))
+    else:
+        spec, metrics = prepare_digit_strings(config, out_dir)
+    _write_spec(out_dir, spec)
+    return {"task": spec["task"], **metrics}
+
+
+def prepare_data(config: DataConfig, out_dir: Path, plan: FolderPlan | TextPlan | None = None) -> DataResult:
     """Split `config.dataset` and write what the later stages read (`reading.open_data`): the arrays of
-    the built-in digits, or the file table of an image folder (`plan`, scanned here when not given).
+    the built-in digits or digit strings, or the file table of an image folder or text lines (`plan`,
+    scanned here when not given).
 
     Raises:
         DataError: the dataset is unknown; a folder, class or image is unusable; or a split would miss a class.
+        BadTextLines (a DataError): a label line, the dictionary or a line image is unusable.
     """
-    if config.dataset == "image_folder":
-        metrics = _prepare_folders(config, out_dir, plan or plan_image_folders(config))
+    if config.dataset in TEXT_DATASETS:
+        metrics = _prepare_text(config, out_dir, plan)
+    elif config.dataset == "image_folder":
+        metrics = {"task": CLASSIFICATION, **_prepare_folders(config, out_dir, plan or plan_image_folders(config))}
     else:
-        metrics = _prepare_arrays(config, out_dir)
+        metrics = {"task": CLASSIFICATION, **_prepare_arrays(config, out_dir)}
     return DataResult(metrics={"dataset": config.dataset, **metrics})

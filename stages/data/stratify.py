@@ -74,3 +74,36 @@ def check_every_class(labels: np.ndarray, indices: dict[str, np.ndarray], num_cl
         missing = sorted(set(range(num_classes)) - set(labels[indices[name]].tolist()))
         if missing:
             raise DataError(f"the {name} split has no samples of classes {missing}; raise data.{name}_fraction")
+
+
+def _take(indices: np.ndarray, share: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded split of `indices` into (rest, a `share` of them); at least one taken when `share` > 0."""
+    held = min(len(indices), max(1, math.ceil(share * len(indices)))) if share > 0 else 0
+    order = np.random.default_rng(seed).permutation(len(indices))
+    return indices[order[held:]], indices[order[:held]]
+
+
+def plain_split(count: int, config: DataConfig, test_count: int = 0) -> dict[str, np.ndarray]:
+    """Seeded split of `count` samples that have no classes (text lines); when `test_count` > 0 the test split
+    is those samples, numbered after the `count` others, and only calibration and validation are taken here.
+    The shares are those of `split_indices`: validation is a share of all samples, taken from training.
+
+    Raises:
+        DataError: a split (other than validation with validation_fraction 0) would be empty.
+    """
+    everything = np.arange(count)
+    if test_count:
+        test = np.arange(test_count) + count
+        train, calibration = _take(everything, config.calibration_fraction, config.seed)
+    else:
+        rest, test = _take(everything, config.test_fraction, config.seed)
+        train, calibration = _take(rest, config.calibration_fraction / (1.0 - config.test_fraction), config.seed + 1)
+    share = config.validation_fraction * count / max(len(train), 1)
+    train, validation = _take(train, min(share, 1.0), config.seed + 2)
+    indices = {"train": train, "calibration": calibration, "validation": validation, "test": test}
+    for name in SPLIT_NAMES:
+        if not len(indices[name]) and not (name == "validation" and config.validation_fraction == 0):
+            fix = "lower data.calibration_fraction, validation_fraction or test_fraction" if name == "train" \
+                else f"raise data.{name}_fraction"
+            raise DataError(f"the {name} split of {count + test_count} samples would be empty; add samples or {fix}")
+    return {name: np.sort(indices[name]) for name in SPLIT_NAMES}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from dataclasses import dataclass
@@ -15,10 +16,17 @@ from quantgate.stages.evaluate.cpu import cpu_record
 from quantgate.stages.evaluate.forms import ModelForm, Runner, check_runtimes, library, model_forms, open_runner
 from quantgate.stages.evaluate.latency import measure
 from quantgate.stages.evaluate.ort_forms import onnxruntime_int8_form
-from quantgate.stages.evaluate.outputs import ONNXRUNTIME, OPENVINO, primary_runtime, runtime_predictions_file
+from quantgate.stages.evaluate.outputs import (
+    CHARACTER_ERRORS_FILE,
+    ONNXRUNTIME,
+    OPENVINO,
+    primary_runtime,
+    runtime_predictions_file,
+)
 from quantgate.stages.evaluate.summary import PADDLE2ONNX_INT8, Measured, stage_metrics
 from quantgate.stages.shared.errors import StageError
 from quantgate.stages.shared.progress import Progress
+from quantgate.stages.tasks.text import TextRecognition, character_errors
 
 log = logging.getLogger(__name__)
 
@@ -33,16 +41,16 @@ class EvaluateResult:
 
 
 def predict_split(runners: dict[tuple[str, str], Runner], data: StoredData, split: str, batch_size: int,
-                  num_workers: int) -> tuple[np.ndarray, dict[tuple[str, str], np.ndarray]]:
-    """Labels and every runner's logits on `split`, read once, batch by batch (each batch feeds all runners)."""
-    labels, logits = [], {name: [] for name in runners}
+                  num_workers: int) -> dict[tuple[str, str], np.ndarray]:
+    """Every runner's outputs on `split` (logits, [N, T, C] for text), read once, batch by batch (each batch
+    feeds all runners)."""
+    logits = {name: [] for name in runners}
     progress = Progress(log, f"evaluate {split} batch", math.ceil(data.size(split) / batch_size), every_s=5.0)
-    for step, (images, batch_labels) in enumerate(data.batches(split, batch_size, num_workers), start=1):
-        labels.append(batch_labels)
+    for step, (images, _) in enumerate(data.batches(split, batch_size, num_workers), start=1):
         for name, run in runners.items():
             logits[name].append(run(images))
         progress.step(step)
-    return np.concatenate(labels), {name: np.concatenate(values) for name, values in logits.items()}
+    return {name: np.concatenate(values) for name, values in logits.items()}
 
 
 def checked_int8_ops(runtime: str, runner: Runner) -> dict:
@@ -65,8 +73,10 @@ def evaluate(
     paddle2onnx_int8_onnx: Path | None = None, num_workers: int = 0, paddle_fp32_dir: Path | None = None,
     paddle_int8_dir: Path | None = None,
 ) -> EvaluateResult:
-    """Per listed runtime: top-1 of both models, their agreement, per-class accuracy, latency per batch, speedup,
-    sizes and the INT8 kernels it really runs; the top-level metrics are the primary runtime's.
+    """Per listed runtime: the task's numbers for both models (top-1 and per-class accuracy; for text line
+    accuracy and CER), their agreement, latency per batch, speedup, sizes and the INT8 kernels it really runs;
+    the top-level metrics are the primary runtime's. Outputs are decoded by the data's task, the same way
+    for every model; text also writes the primary runtime's per-character errors (character_errors.json).
 
     `paddle2onnx_int8_onnx`, when given and onnxruntime is listed, is paddle2onnx's own INT8 model (the same
     PaddleSlim scales before lowering): its onnxruntime accuracy, agreement and latency are reported beside.
@@ -113,7 +123,8 @@ def _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2
     # With openvino listed the test split is decoded in this process: DataLoader workers exiting while OpenVINO
     # models are compiled here crashed it (Paddle's SIGCHLD handler; see stages/data/reading.py).
     workers = 0 if OPENVINO in runtimes else num_workers
-    labels, logits = predict_split(runners, data, "test", config.batch_size, workers)
+    task, labels = data.task, data.references("test")
+    logits = predict_split(runners, data, "test", config.batch_size, workers)
     del runners  # their worker threads must not share the cores with the latency processes
     log.info("evaluate: predicted %d test samples in %s; timing %d runs per model", len(labels), ", ".join(runtimes),
              config.latency_repeats)
@@ -126,10 +137,20 @@ def _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2
                                        config.threads, config.latency_repeats, runtime,
                                        int8=tuple(name for name, form in named.items() if form.int8))
         own = {name: logits[(runtime, name)] for name in named}
+        predicted = {name: task.predict(values) for name, values in own.items()}
         predictions = runtime_predictions_file(runtime, primary)
-        np.savez(out_dir / predictions, labels=labels, fp32_pred=own["fp32"].argmax(axis=1),
-                 int8_pred=own["int8"].argmax(axis=1), fp32_logits=own["fp32"], int8_logits=own["int8"])
-        measured[runtime] = Measured(named, own, latency[runtime], int8_ops[runtime], library(runtime), predictions,
-                                     details[runtime])
-    metrics = stage_metrics(measured, primary, labels, data.num_classes, config, len(latency_batch), cpu)
+        # Strings are stored as numpy unicode arrays (never objects), so they load with allow_pickle=False.
+        np.savez(out_dir / predictions, labels=labels, fp32_pred=predicted["fp32"], int8_pred=predicted["int8"],
+                 fp32_logits=own["fp32"], int8_logits=own["int8"])
+        measured[runtime] = Measured(named, own, predicted, latency[runtime], int8_ops[runtime], library(runtime),
+                                     predictions, details[runtime])
+    metrics = stage_metrics(measured, primary, labels, task, config, len(latency_batch), cpu)
+    if isinstance(task, TextRecognition):
+        write_character_errors(out_dir / CHARACTER_ERRORS_FILE, primary, labels, measured[primary].predicted)
     return EvaluateResult(runtime_predictions_file(primary, primary), metrics)
+
+
+def write_character_errors(path: Path, runtime: str, labels: np.ndarray, predicted: dict[str, np.ndarray]) -> None:
+    """Per reference character, how often it occurs and how often `runtime`'s FP32 and INT8 models missed it."""
+    record = {"runtime": runtime, **{name: character_errors(labels, predicted[name]) for name in ("fp32", "int8")}}
+    path.write_text(json.dumps(record, sort_keys=True, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

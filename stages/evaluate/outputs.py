@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from quantgate.stages.shared.outputs import StageOutputs
 
@@ -24,6 +24,18 @@ SPEEDUP = "speedup_int8_vs_fp32"
 MODEL_BYTES_FP32 = "model_bytes_fp32"
 MODEL_BYTES_INT8 = "model_bytes_int8"
 
+# Issue 17: what the task is, and what its accuracy keys measure. Text recognition stores line accuracy under
+# the *_top1_pct keys (the gate, the search and the release regression read one accuracy) and adds the CER.
+TASK = "task"  # "classification" | "text_recognition"
+ACCURACY_METRIC = "accuracy_metric"  # what *_top1_pct measure, in words: "top-1" | "line accuracy"
+FP32_CER = "fp32_cer_pct"
+INT8_CER = "int8_cer_pct"
+CER_INCREASE = "cer_increase_pts"  # INT8's CER minus FP32's, in points; the gate's max_cer_increase_pts reads it
+TEXT_METRICS = (FP32_CER, INT8_CER, CER_INCREASE)
+# text_recognition: per reference character, how often it occurs and how often FP32 / INT8 missed it
+# ({"runtime": primary, "fp32": {char: {"count", "errors"}}, "int8": {...}}), for the report's table.
+CHARACTER_ERRORS_FILE = "character_errors.json"
+
 # Issue 18: the top-level metrics are the primary runtime's; every listed runtime has its entry under RUNTIMES.
 RUNTIMES = "runtimes"
 PRIMARY_RUNTIME = "primary_runtime"
@@ -35,6 +47,14 @@ ORT_INT8_PATH = "ort_int8_path"  # in onnxruntime's entry: which MLAS kernel fam
 # What the version record, `quantgate versions`, the summary and the Prefect artifact show.
 HEADLINE_METRICS = (FP32_TOP1, INT8_TOP1, ACCURACY_DELTA, AGREEMENT, LATENCY_P50_FP32, LATENCY_P50_INT8, SPEEDUP,
                     MODEL_BYTES_FP32, MODEL_BYTES_INT8)
+
+
+def headline_keys(evaluation: Mapping) -> tuple[str, ...]:
+    """The headline metrics of an evaluation: HEADLINE_METRICS, and for text recognition its task, what the
+    accuracy measures and the character error rates (classification records stay as they were)."""
+    if evaluation.get(TASK) == "text_recognition":
+        return (*HEADLINE_METRICS, TASK, ACCURACY_METRIC, *TEXT_METRICS)
+    return HEADLINE_METRICS
 
 
 def primary_runtime(runtimes: Iterable[str]) -> str:
@@ -50,13 +70,14 @@ def runtime_predictions_file(runtime: str, primary: str) -> str:
 
 OUTPUTS = StageOutputs(
     stage="evaluate",
-    description="FP32 vs INT8 on the test split in each listed runtime: top-1, agreement, per-class, latency, "
-    "sizes, INT8 kernels",
-    files=(PREDICTIONS_FILE,),
+    description="FP32 vs INT8 on the test split in each listed runtime: top-1 (line accuracy and CER for text), "
+    "agreement, per-class, latency, sizes, INT8 kernels",
+    files=(PREDICTIONS_FILE,),  # labels, fp32_pred, int8_pred: int64 classes, or unicode strings for text
     # onnxruntime, when listed, is always the primary runtime: it never has a file of its own name
     optional_files=(*(runtime_predictions_file(name, ONNXRUNTIME) for name in RUNTIME_NAMES if name != ONNXRUNTIME),
-                    QGEMM_INT8_FILE),
+                    QGEMM_INT8_FILE, CHARACTER_ERRORS_FILE),
     metrics=(*HEADLINE_METRICS, "test_samples", "max_abs_logit_diff", "per_class_top1_pct_fp32",
              "per_class_top1_pct_int8", "latency_batch_size", "latency_repeats", "ort_threads",
-             "size_ratio_int8_vs_fp32", "onnxruntime", RUNTIMES, PRIMARY_RUNTIME, CPU),
+             "size_ratio_int8_vs_fp32", "onnxruntime", RUNTIMES, PRIMARY_RUNTIME, CPU, TASK, ACCURACY_METRIC,
+             *TEXT_METRICS, "paddle2onnx_int8_cer_pct"),
 )

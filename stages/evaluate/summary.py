@@ -10,6 +10,7 @@ import onnxruntime as ort
 from quantgate.config import EvaluateConfig
 from quantgate.stages.evaluate.forms import ModelForm
 from quantgate.stages.evaluate.outputs import (
+    ACCURACY_METRIC,
     CPU,
     FP32_MODEL,
     INT8_MODEL,
@@ -18,17 +19,21 @@ from quantgate.stages.evaluate.outputs import (
     PREDICTIONS_FILE_KEY,
     PRIMARY_RUNTIME,
     RUNTIMES,
+    TASK,
 )
+from quantgate.stages.tasks import Task
 
 PADDLE2ONNX_INT8 = "paddle2onnx_int8"  # paddle2onnx's own INT8 model in onnxruntime, reported beside for comparison
 
 
 @dataclass(frozen=True)
 class Measured:
-    """What one runtime measured: logits by model name ("fp32", "int8", ...), latency stats by model name."""
+    """What one runtime measured: logits and the task's predictions by model name ("fp32", "int8", ...),
+    latency stats by model name."""
 
     forms: dict[str, ModelForm]
     logits: dict[str, np.ndarray]
+    predicted: dict[str, np.ndarray]  # task.predict of each model's logits: class indices, or decoded strings
     latency: dict[str, dict[str, float]]
     int8_ops: dict
     library: str
@@ -36,27 +41,16 @@ class Measured:
     details: dict = field(default_factory=dict)  # runtime-specific records (kernel path, compiled precision)
 
 
-def per_class_top1(labels: np.ndarray, predicted: np.ndarray, num_classes: int) -> list[float]:
-    return [float(100.0 * np.mean(predicted[labels == k] == k)) if np.any(labels == k) else float("nan")
-            for k in range(num_classes)]
-
-
-def runtime_numbers(measured: Measured, labels: np.ndarray, num_classes: int) -> dict:
-    """Accuracy, agreement, latency, speedup and sizes of one runtime's FP32 and INT8 models."""
+def runtime_numbers(measured: Measured, references: np.ndarray, task: Task) -> dict:
+    """The task's numbers (`task.compare`: accuracy, agreement, per-class or CER), logit difference, latency,
+    speedup and sizes of one runtime's FP32 and INT8 models."""
     fp32_logits, int8_logits = measured.logits["fp32"], measured.logits["int8"]
-    fp32_pred, int8_pred = fp32_logits.argmax(axis=1), int8_logits.argmax(axis=1)
-    fp32_top1 = float(100.0 * np.mean(fp32_pred == labels))
-    int8_top1 = float(100.0 * np.mean(int8_pred == labels))
+    int8_pred = measured.predicted["int8"]
     latency = measured.latency
     fp32_bytes, int8_bytes = measured.forms["fp32"].bytes, measured.forms["int8"].bytes
     numbers = {
-        "fp32_top1_pct": fp32_top1,
-        "int8_top1_pct": int8_top1,
-        "accuracy_delta_pts": int8_top1 - fp32_top1,
-        "agreement": float(np.mean(fp32_pred == int8_pred)),
+        **task.compare(references, measured.predicted["fp32"], int8_pred),
         "max_abs_logit_diff": float(np.abs(fp32_logits - int8_logits).max()),
-        "per_class_top1_pct_fp32": per_class_top1(labels, fp32_pred, num_classes),
-        "per_class_top1_pct_int8": per_class_top1(labels, int8_pred, num_classes),
         **{f"latency_ms_{stat}_{name}": value for name, stats in latency.items() for stat, value in stats.items()},
         "speedup_int8_vs_fp32": latency["fp32"]["p50"] / latency["int8"]["p50"],
         "model_bytes_fp32": fp32_bytes,
@@ -64,9 +58,11 @@ def runtime_numbers(measured: Measured, labels: np.ndarray, num_classes: int) ->
         "size_ratio_int8_vs_fp32": int8_bytes / fp32_bytes,
     }
     if PADDLE2ONNX_INT8 in measured.logits:
-        reference = measured.logits[PADDLE2ONNX_INT8].argmax(axis=1)
+        reference = task.predict(measured.logits[PADDLE2ONNX_INT8])
+        scores = task.scores(references, reference)
         numbers.update({
-            "paddle2onnx_int8_top1_pct": float(100.0 * np.mean(reference == labels)),
+            "paddle2onnx_int8_top1_pct": scores["top1_pct"],
+            **({"paddle2onnx_int8_cer_pct": scores["cer_pct"]} if "cer_pct" in scores else {}),
             "agreement_int8_vs_paddle2onnx_int8": float(np.mean(int8_pred == reference)),
             "speedup_paddle2onnx_int8_vs_fp32": latency["fp32"]["p50"] / latency[PADDLE2ONNX_INT8]["p50"],
             "model_bytes_paddle2onnx_int8": measured.forms[PADDLE2ONNX_INT8].bytes,
@@ -82,13 +78,15 @@ def runtime_entry(measured: Measured, numbers: dict) -> dict:
             LIBRARY: measured.library, PREDICTIONS_FILE_KEY: measured.predictions_file, **measured.details}
 
 
-def stage_metrics(measured: dict[str, Measured], primary: str, labels: np.ndarray, num_classes: int,
+def stage_metrics(measured: dict[str, Measured], primary: str, references: np.ndarray, task: Task,
                   config: EvaluateConfig, latency_batch_size: int, cpu: dict) -> dict:
     """The manifest metrics: the primary runtime's numbers at the top level (as before runtimes existed),
-    every runtime's entry under "runtimes", the primary runtime's name and the CPU record."""
-    numbers = {runtime: runtime_numbers(m, labels, num_classes) for runtime, m in measured.items()}
+    every runtime's entry under "runtimes", the primary runtime's name, the task and the CPU record."""
+    numbers = {runtime: runtime_numbers(m, references, task) for runtime, m in measured.items()}
     return {
-        "test_samples": len(labels),
+        "test_samples": len(references),
+        TASK: task.name,
+        ACCURACY_METRIC: task.accuracy_name,
         **numbers[primary],
         "latency_batch_size": int(latency_batch_size),
         "latency_repeats": config.latency_repeats,

@@ -12,7 +12,7 @@ from quantgate.stages.data.reading import open_data
 from quantgate.stages.export.outputs import MODEL_FILE, MODEL_PREFIX, PARAMS_FILE
 from quantgate.stages.shared.errors import StageError
 from quantgate.stages.shared.static_graph import load_program, persistable_dtypes, static_mode
-from quantgate.stages.train.models import build_model
+from quantgate.stages.train.models import DEFAULT_NECK, build_model, load_weights
 
 INPUT_NAME = "x"
 MAX_ABS_DIFF = 1e-4
@@ -40,21 +40,22 @@ def _require_legacy_format() -> None:
 
 def export(
     weights_path: Path, reference_logits_path: Path, data_dir: Path, architecture: str, out_dir: Path,
-    num_workers: int = 0,
+    num_workers: int = 0, neck: str = DEFAULT_NECK,
 ) -> ExportResult:
-    """Save the trained float32 weights with paddle.jit.save and prove the saved model is them.
+    """Save the trained float32 weights with paddle.jit.save and prove the saved model is them. The model
+    takes any batch size; its output is what training's was ([N, classes], or [N, T, C] for text).
+    `neck`: the train stage's `neck` metric, for the built-in 'crnn'.
 
     Raises:
         ExportMismatch: a saved parameter is not float32, or the saved model's test-split outputs
             differ from the trained model's float32 outputs by more than 1e-4.
+        ModelError: the weights do not fit `architecture` (another network, or another neck).
     """
     _require_legacy_format()
     data = open_data(data_dir)
     with np.load(weights_path, allow_pickle=False) as stored:
         weights = {name: stored[name] for name in stored.files}
-    model = build_model(architecture, data.num_classes, data.input_shape)
-    model.set_state_dict({name: paddle.to_tensor(array) for name, array in weights.items()})
-    model.eval()
+    model = load_weights(build_model(architecture, data.num_classes, data.input_shape, neck), weights, architecture)
     prefix = Path(out_dir) / MODEL_PREFIX
     spec = paddle.static.InputSpec([None, *data.input_shape], "float32", INPUT_NAME)
     paddle.jit.save(model, str(prefix), input_spec=[spec])
@@ -63,13 +64,19 @@ def export(
     with static_mode():
         saved = load_program(prefix)
         dtypes = persistable_dtypes(saved.program)
+        output_shape = list(saved.fetches[0].shape)  # -1 where the size is dynamic (the batch)
         # The test split, batch by batch: the reference logits cover it; its images never sit in memory at once.
         exported = np.concatenate([saved.run(images) for images, _ in
                                    data.batches("test", CHECK_BATCH, num_workers)] or [np.zeros_like(reference)])
-    not_float32 = {name: dtype for name, dtype in dtypes.items() if dtype != "float32"}
+    # Weights are the floating-point parameters; an LSTM also saves its uint8 dropout state, which is no weight.
+    not_float32 = {name: dtype for name, dtype in dtypes.items()
+                   if dtype != "float32" and dtype.startswith(("float", "bfloat"))}
     if not_float32:
         raise ExportMismatch(f"exported parameters are not float32: {not_float32}; export the float32 master weights")
-    max_abs_diff = float(np.abs(exported - reference).max())
+    if exported.shape != reference.shape:
+        raise ExportMismatch(f"exported model's outputs have shape {list(exported.shape)} on the test split, the "
+                             f"trained model's {list(reference.shape)}; export with the architecture it was trained as")
+    max_abs_diff = float(np.abs(exported - reference).max()) if exported.size else 0.0
     if not max_abs_diff <= MAX_ABS_DIFF:
         raise ExportMismatch(
             f"exported model's outputs differ from the trained model's by {max_abs_diff:.3g} "
@@ -85,5 +92,6 @@ def export(
             "max_abs_diff_vs_trained": max_abs_diff,
             "max_abs_diff_limit": MAX_ABS_DIFF,
             "checked_samples": int(len(reference)),
+            "output_shape": output_shape,
         },
     )

@@ -11,5 +11,5 @@ OUTPUTS = StageOutputs(
     description="paddle.jit.save of the float32 master weights, checked against the trained model",
     files=(MODEL_FILE, PARAMS_FILE),
     metrics=("format", "parameters", "parameter_dtypes", "max_abs_diff_vs_trained", "max_abs_diff_limit",
-             "checked_samples"),
+             "checked_samples", "output_shape"),
 )

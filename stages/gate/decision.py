@@ -13,11 +13,15 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
-from scipy.stats import bootstrap
-
 from quantgate.config import GatePolicy
+from quantgate.stages.evaluate.outputs import CER_INCREASE, FP32_CER, INT8_CER
 from quantgate.stages.gate.outputs import GATE_FILE, RELEASE_REGRESSION
+from quantgate.stages.gate.predictions import (
+    DeltaInterval,
+    check_predictions,
+    paired_bootstrap_delta,  # noqa: F401  (part of the gate's API, imported from here)
+    task_of_metrics,
+)
 from quantgate.stages.gate.runtimes import (
     FP32_MODEL,
     INT8_MODEL,
@@ -31,9 +35,10 @@ from quantgate.stages.gate.runtimes import (
     runtime_metrics,
     runtime_verdicts,
 )
+from quantgate.stages.tasks import TEXT_RECOGNITION
 
-CONFIDENCE = 0.95
-JUDGED = ("fp32_top1_pct", "int8_top1_pct", "agreement", "speedup_int8_vs_fp32")  # what the criteria read
+# What the criteria read (the CER keys only for text recognition).
+JUDGED = ("fp32_top1_pct", "int8_top1_pct", "agreement", "speedup_int8_vs_fp32", FP32_CER, INT8_CER, CER_INCREASE)
 PASS, FAIL, NOT_APPLICABLE = "pass", "fail", "not_applicable"
 
 
@@ -82,20 +87,6 @@ class ReleaseBaseline:
 
 
 @dataclass(frozen=True)
-class DeltaInterval:
-    """Paired bootstrap interval of the INT8 - FP32 top-1 delta, in points."""
-
-    delta_pts: float
-    low_pts: float
-    high_pts: float
-    confidence: float
-    resamples: int
-    seed: int
-    samples: int
-    method: str = "percentile"
-
-
-@dataclass(frozen=True)
 class GateDecision:
     passed: bool
     criteria: tuple[Criterion, ...]
@@ -140,23 +131,6 @@ def _not_applicable(name: str, threshold: float, comparison: str, unit: str, not
     return Criterion(name, measured, threshold, comparison, unit, True, NOT_APPLICABLE, note)
 
 
-def paired_bootstrap_delta(labels: np.ndarray, fp32_pred: np.ndarray, int8_pred: np.ndarray,
-                           resamples: int, seed: int) -> DeltaInterval:
-    """95 % percentile interval of the INT8 - FP32 top-1 delta, resampling test samples in pairs.
-
-    Each test sample keeps its FP32 and INT8 correctness together, so the interval reflects how
-    often the two models disagree on the same samples, not two independent accuracies.
-    """
-    labels, fp32_pred, int8_pred = (np.asarray(a).reshape(-1) for a in (labels, fp32_pred, int8_pred))
-    if not len(labels) == len(fp32_pred) == len(int8_pred) or len(labels) < 2:
-        raise ValueError(f"need >= 2 paired predictions, got {len(labels)}, {len(fp32_pred)}, {len(int8_pred)}")
-    per_sample = 100.0 * ((int8_pred == labels).astype(np.float64) - (fp32_pred == labels).astype(np.float64))
-    result = bootstrap((per_sample,), np.mean, n_resamples=resamples, confidence_level=CONFIDENCE,
-                       method="percentile", vectorized=True, rng=np.random.default_rng(seed))
-    low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
-    return DeltaInterval(float(per_sample.mean()), low, high, CONFIDENCE, resamples, seed, len(labels))
-
-
 def _regression(policy: GatePolicy, int8: float | None, release: ReleaseBaseline | None, runtime: str) -> Criterion:
     name, unit, limit = RELEASE_REGRESSION, "pts", policy.max_release_regression
     if release is None:
@@ -190,6 +164,11 @@ def _speedup_note(metrics: dict) -> str:
     return f"median {fp32_ms:.3g} ms FP32 / {int8_ms:.3g} ms INT8 per call"
 
 
+def _cer_note(metrics: dict) -> str:
+    fp32, int8 = _number(metrics, FP32_CER), _number(metrics, INT8_CER)
+    return "" if fp32 is None or int8 is None else f"character error rate {fp32:.3g} % FP32 / {int8:.3g} % INT8"
+
+
 def _search(search: dict) -> Criterion:
     """The INT8 search must have found a recipe that met the policy on the validation split."""
     passed = search.get("passed") is True
@@ -201,8 +180,12 @@ def _search(search: dict) -> Criterion:
 
 
 def _runtime_criteria(policy: GatePolicy, runtime: str, primary: str, metrics: dict | None,
-                      interval: DeltaInterval | None) -> dict[str, Criterion]:
-    """The criteria every runtime is judged by, named for `runtime`; all fail closed without its metrics."""
+                      interval: DeltaInterval | None, text: bool = False) -> dict[str, Criterion]:
+    """The criteria every runtime is judged by, named for `runtime`; all fail closed without its metrics.
+
+    The accuracy criteria read top-1 or, for text recognition (`text`), line accuracy (stored under the
+    same keys); text adds the rise of the character error rate, which classification has no criterion for.
+    """
     def name(base: str) -> str:
         return criterion_name(runtime, primary, base)
 
@@ -213,9 +196,13 @@ def _runtime_criteria(policy: GatePolicy, runtime: str, primary: str, metrics: d
     drop = None if fp32 is None or int8 is None else fp32 - int8
     forms = ("" if runtime == primary or not measured.get(INT8_MODEL) else
              f"{measured.get(LIBRARY, runtime)}: {measured.get(INT8_MODEL)} vs {measured.get(FP32_MODEL, 'FP32')}")
+    cer = {} if not text else {CER_INCREASE: _criterion(
+        name(CER_INCREASE), _number(measured, CER_INCREASE), policy.max_cer_increase_pts, "<=", "pts",
+        missing or _cer_note(measured))}
     return {
         "accuracy_drop_pts": _criterion(name("accuracy_drop_pts"), drop, policy.max_accuracy_drop, "<=", "pts",
                                         missing or forms),
+        **cer,
         "agreement": _criterion(name("agreement"), _number(measured, "agreement"), policy.min_agreement, ">=",
                                 "fraction", missing),
         "int8_top1_pct": _criterion(name("int8_top1_pct"), int8, policy.min_int8_accuracy, ">=", "%", missing),
@@ -251,16 +238,20 @@ def decide(policy: GatePolicy, metrics: dict, interval: DeltaInterval | None = N
 
     Every runtime in `runtimes` (evaluate.runtimes; default: those the metrics hold, else onnxruntime) is
     judged by the same criteria; the primary runtime's keep their plain names and are the only ones
-    compared with the release. `interval` is the primary runtime's, `intervals` any runtime's.
+    compared with the release. `interval` is the primary runtime's, `intervals` any runtime's. The
+    metrics' "task" decides what is judged: text recognition adds cer_increase_pts per runtime.
     """
     listed, primary = judged_runtimes(metrics, runtimes)
     intervals = {**(intervals or {}), **({primary: interval} if interval is not None else {})}
-    stale = (*stale, *_primary_problems(metrics, primary))
-    own = _runtime_criteria(policy, primary, primary, metrics, intervals.get(primary))
+    task, task_problems = task_of_metrics(metrics)
+    text = task == TEXT_RECOGNITION
+    stale = (*stale, *task_problems, *_primary_problems(metrics, primary))
+    own = _runtime_criteria(policy, primary, primary, metrics, intervals.get(primary), text)
     others = [criterion for runtime in listed[1:] for criterion in _runtime_criteria(
-        policy, runtime, primary, runtime_metrics(metrics, runtime, primary), intervals.get(runtime)).values()]
+        policy, runtime, primary, runtime_metrics(metrics, runtime, primary), intervals.get(runtime), text).values()]
     criteria = (
-        own["accuracy_drop_pts"], own["agreement"], own["int8_top1_pct"], own["delta_ci95_low_pts"],
+        own["accuracy_drop_pts"], *((own[CER_INCREASE],) if text else ()), own["agreement"], own["int8_top1_pct"],
+        own["delta_ci95_low_pts"],
         _regression(policy, _number(metrics, "int8_top1_pct"), release, primary),
         _criterion("stale_evidence", float(len(stale)), 0, "<=", "problems", "; ".join(stale)),
         own["speedup"],
@@ -279,25 +270,6 @@ def decide(policy: GatePolicy, metrics: dict, interval: DeltaInterval | None = N
     return GateDecision(all(criterion.passed for criterion in criteria), criteria, evidence)
 
 
-def _check_predictions(predictions_file: Path, metrics: dict, policy: GatePolicy) -> tuple[DeltaInterval | None, list[str]]:
-    """The delta's interval, and problems if the stored predictions do not reproduce the metrics."""
-    try:
-        with np.load(predictions_file) as stored:
-            labels, fp32_pred, int8_pred = stored["labels"], stored["fp32_pred"], stored["int8_pred"]
-    except (OSError, KeyError, ValueError) as exc:
-        return None, [f"predictions {Path(predictions_file).name} unreadable ({exc})"]
-    problems = []
-    for key, predicted in (("fp32_top1_pct", fp32_pred), ("int8_top1_pct", int8_pred)):
-        recorded, recomputed = _number(metrics, key), 100.0 * float(np.mean(predicted == labels))
-        if recorded is not None and abs(recorded - recomputed) > 1e-9:
-            problems.append(f"{key} {recorded:.4f} does not match the stored predictions ({recomputed:.4f})")
-    try:
-        interval = paired_bootstrap_delta(labels, fp32_pred, int8_pred, policy.bootstrap_resamples, policy.bootstrap_seed)
-    except ValueError as exc:
-        return None, [*problems, f"cannot bootstrap the delta: {exc}"]
-    return interval, problems
-
-
 def gate(policy: GatePolicy, evaluation_metrics: dict, out_dir: Path,
          predictions: Path | Mapping[str, Path | None] | None = None, release: ReleaseBaseline | None = None,
          stale: tuple[str, ...] = (), search: dict | None = None) -> GateDecision:
@@ -312,12 +284,14 @@ def gate(policy: GatePolicy, evaluation_metrics: dict, out_dir: Path,
     listed = tuple(predictions) if isinstance(predictions, Mapping) else ()
     runtimes, primary = judged_runtimes(evaluation_metrics, listed)
     files = dict(predictions) if isinstance(predictions, Mapping) else {primary: predictions}
+    task, _ = task_of_metrics(evaluation_metrics)
     intervals, problems = {}, []
     for runtime, predictions_file in files.items():
         if predictions_file is None:
             continue
         measured = runtime_metrics(evaluation_metrics, runtime, primary) or {}
-        intervals[runtime], found = _check_predictions(Path(predictions_file), measured, policy)
+        intervals[runtime], found = check_predictions(Path(predictions_file), measured, task,
+                                                      policy.bootstrap_resamples, policy.bootstrap_seed)
         problems += found if runtime == primary else [f"{runtime}: {problem}" for problem in found]
     decision = decide(policy, evaluation_metrics, None, release, (*stale, *problems), search, runtimes, intervals)
     record = {**decision.as_dict(), "policy": policy.model_dump(mode="json")}

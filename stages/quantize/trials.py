@@ -67,9 +67,10 @@ class Trial:
 
 
 def closest_to_fp32(trial: Trial) -> tuple:
-    """Sort key: accuracy lost (a gain counts as none), then disagreement, then logit error."""
+    """Sort key: accuracy lost (a gain counts as none), then CER gained (text), then disagreement, then logit error."""
     validation = trial.validation
-    return (max(validation["accuracy_drop_pts"], 0.0), -validation["agreement"], validation["logit_error"])
+    return (max(validation["accuracy_drop_pts"], 0.0), max(validation.get("cer_increase_pts", 0.0), 0.0),
+            -validation["agreement"], validation["logit_error"])
 
 
 def kept_trial(trials: list[Trial]) -> Trial:

@@ -1,6 +1,8 @@
 """Report stage: a markdown report and PNG plots of one run, for people rather than scripts.
 
-Everything shown is read from what the earlier stages measured and stored; nothing is recomputed.
+The numbers are read from what the earlier stages measured and stored; the confusion matrices, the
+disagreeing samples and the per-character errors are counted from the evaluate stage's stored predictions,
+and only the disagreeing test images are read from the data stage.
 """
 
 from __future__ import annotations
@@ -9,9 +11,15 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantgate.stages.report.outputs import PER_CLASS_PLOT, REPORT_FILE, RUNTIMES_PLOT, TRAINING_PLOT
-from quantgate.stages.report.plots import per_class_plot, runtimes_plot, training_plot
+from quantgate.stages.data.reading import open_data
+from quantgate.stages.evaluate.outputs import ACCURACY_METRIC, CER_INCREASE, FP32_CER, INT8_CER, PREDICTIONS_FILE
+from quantgate.stages.report.classification_report import classification_sections
+from quantgate.stages.report.outputs import DISAGREEMENTS, FONT, REPORT_FILE, RUNTIMES_PLOT, TRAINING_PLOT
+from quantgate.stages.report.plots import runtimes_plot, training_plot
+from quantgate.stages.report.predictions import TEST_SPLIT, read_predictions
 from quantgate.stages.report.runtimes import cpu_line, latency_by_runtime, primary_of, runtimes_table
+from quantgate.stages.report.text_report import text_sections
+from quantgate.stages.tasks import TEXT_RECOGNITION, task_of
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,21 @@ def _size(num_bytes) -> str:
     return "n/a" if not isinstance(num_bytes, (int, float)) else f"{num_bytes / 1024:.1f} KiB"
 
 
+def _accuracy_name(evaluation: dict) -> str:
+    """What the *_top1_pct numbers measure: "top-1 accuracy" or "line accuracy"."""
+    name = evaluation.get(ACCURACY_METRIC) or "top-1"
+    return name if "accuracy" in name else f"{name} accuracy"
+
+
+def _cer_row(evaluation: dict) -> list[str]:
+    """Text recognition's character error rate next to line accuracy; none for classification."""
+    e = evaluation
+    if not any(key in e for key in (FP32_CER, INT8_CER, CER_INCREASE)):
+        return []
+    return [f"| character error rate | {_num(e.get(FP32_CER), '.2f')} % | {_num(e.get(INT8_CER), '.2f')} % "
+            f"| {_num(e.get(CER_INCREASE), '+.2f')} pts |"]
+
+
 def _comparison_table(evaluation: dict, gate_record: dict) -> list[str]:
     e = evaluation
     interval = gate_record.get("delta_interval") or {}
@@ -42,8 +65,9 @@ def _comparison_table(evaluation: dict, gate_record: dict) -> list[str]:
         "",
         "| | FP32 | INT8 | INT8 vs FP32 |",
         "|---|---:|---:|---|",
-        f"| top-1 accuracy | {_num(e.get('fp32_top1_pct'), '.2f')} % | {_num(e.get('int8_top1_pct'), '.2f')} % "
+        f"| {_accuracy_name(e)} | {_num(e.get('fp32_top1_pct'), '.2f')} % | {_num(e.get('int8_top1_pct'), '.2f')} % "
         f"| {_num(e.get('accuracy_delta_pts'), '+.2f')} pts{ci} |",
+        *_cer_row(e),
         f"| prediction agreement | | | {_num(e.get('agreement'), '.4f')} of test samples |",
         f"| latency p50 / p90 (ms, batch of {e.get('latency_batch_size', 'n/a')}) "
         f"| {_num(e.get('latency_ms_p50_fp32'), '.3f')} / {_num(e.get('latency_ms_p90_fp32'), '.3f')} "
@@ -62,15 +86,6 @@ def _gate_table(gate_record: dict) -> list[str]:
         note = str(c.get("note", "")).replace("|", "/").replace("\n", " ")
         lines.append(f"| {c['name']} | {_num(c.get('measured'), '.4g', 'missing')} {c.get('unit', '')} "
                      f"| {c.get('comparison', '')} {_num(c.get('threshold'), 'g')} | {shown} | {note} |")
-    return lines
-
-
-def _per_class_table(evaluation: dict) -> list[str]:
-    fp32, int8 = evaluation.get("per_class_top1_pct_fp32") or [], evaluation.get("per_class_top1_pct_int8") or []
-    lines = ["## Per-class top-1 (%)", "", "| class | FP32 | INT8 | delta (pts) |", "|---:|---:|---:|---:|"]
-    for k, (a, b) in enumerate(zip(fp32, int8)):
-        delta = b - a if _num(a, "g") != "n/a" and _num(b, "g") != "n/a" else None
-        lines.append(f"| {k} | {_num(a, '.2f')} | {_num(b, '.2f')} | {_num(delta, '+.2f')} |")
     return lines
 
 
@@ -131,14 +146,13 @@ def _training_lines(train_metrics: dict) -> list[str]:
         *_scaler_lines(train_metrics.get("scaler")),
         "",
         f"![Training loss and loss scale per step]({TRAINING_PLOT})",
-        "",
-        f"![Per-class top-1, FP32 vs INT8]({PER_CLASS_PLOT})",
     ]
 
 
 def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metrics: dict,
-                    where: dict[str, str], search: dict | None = None) -> str:
-    """The report as markdown; `where` maps labels to locations (paths, commands) shown at the end."""
+                    where: dict[str, str], search: dict | None = None, task_lines: list[str] = ()) -> str:
+    """The report as markdown; `task_lines` are the task's sections (see TaskSections), `where` maps labels to
+    locations (paths, commands) shown at the end."""
     passed = gate_record.get("passed") is True
     outcome = ("The gate passed: this version may become `release`." if passed else
                "The gate failed: `release` does not move to this version; it is kept for inspection.")
@@ -149,27 +163,41 @@ def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metri
     lines += [*side_by_side, "", f"![Latency per runtime, FP32 vs INT8]({RUNTIMES_PLOT})", ""] if side_by_side else []
     lines += _gate_table(gate_record) + [""]
     lines += [*_search_lines(search), ""] if search else []
-    lines += _per_class_table(evaluation) + [""]
+    lines += [*task_lines, ""] if task_lines else []
     lines += _training_lines(train_metrics) + [""]
     lines += ["## Where it lives", ""] + [f"- {label}: `{value}`" for label, value in where.items()]
     return "\n".join(lines) + "\n"
 
 
 def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict, steps_csv: Path,
-           where: dict[str, str], out_dir: Path, search: dict | None = None) -> ReportResult:
-    """Write report.md, training.png, per_class.png and, for several runtimes, runtimes.png into `out_dir`.
+           where: dict[str, str], out_dir: Path, search: dict | None = None, *, data_dir: Path,
+           evaluate_dir: Path) -> ReportResult:
+    """Write report.md and its pictures into `out_dir`: training.png; per_class.png and confusion.png for
+    classification; disagreements.png when INT8 and FP32 disagree on a test sample; runtimes.png for
+    several runtimes. `data_dir` and `evaluate_dir` are the data and evaluate stages' folders.
 
     Raises:
         ValueError: the training steps are empty or unreadable.
+        DataError: `data_dir` is not a data stage's folder.
+        ReportError: the evaluate stage's predictions do not match the data's test split.
+        DataChanged: an image of a disagreeing test sample changed since the data stage recorded it.
     """
     out_dir = Path(out_dir)
+    data = open_data(Path(data_dir))
+    predictions = read_predictions(Path(evaluate_dir) / PREDICTIONS_FILE, data.references(TEST_SPLIT))
     training_plot(Path(steps_csv), out_dir / TRAINING_PLOT, f"{title}: training loss and loss scale")
-    per_class_plot(evaluation.get("per_class_top1_pct_fp32") or [], evaluation.get("per_class_top1_pct_int8") or [],
-                   out_dir / PER_CLASS_PLOT, f"{title}: top-1 per class, FP32 vs INT8")
-    plots = [TRAINING_PLOT, PER_CLASS_PLOT]
+    task = task_of(data.spec)
+    sections = (text_sections if task.name == TEXT_RECOGNITION else classification_sections)(
+        data, predictions, evaluation, out_dir, title)
+    plots = [TRAINING_PLOT, *sections.plots]
     latency = latency_by_runtime(evaluation, gate_record)
     if len(latency) > 1:
         runtimes_plot(latency, out_dir / RUNTIMES_PLOT, f"{title}: median latency per runtime")
         plots.append(RUNTIMES_PLOT)
-    (out_dir / REPORT_FILE).write_text(render_markdown(title, evaluation, gate_record, train_metrics, where, search))
-    return ReportResult(REPORT_FILE, tuple(plots), {"report_file": REPORT_FILE, "plots": plots})
+    shown = {ACCURACY_METRIC: task.accuracy_name, **evaluation}  # records from before tasks lack the name
+    task_lines = [*sections.lines, "", *sections.font_lines()]
+    (out_dir / REPORT_FILE).write_text(render_markdown(title, shown, gate_record, train_metrics, where, search,
+                                                       task_lines))
+    metrics = {"report_file": REPORT_FILE, "plots": plots, FONT: sections.font.name if sections.font.draws_strings
+               else None, DISAGREEMENTS: sections.disagreements}
+    return ReportResult(REPORT_FILE, tuple(plots), metrics)

@@ -13,8 +13,11 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from quantgate.stages.report.fonts import FontChoice
+
 DPI = 110
 FP32_COLOR, INT8_COLOR = "#4C72B0", "#DD8452"
+NAMED_BARS = 40  # up to this many classes the bars carry their names
 
 
 def _read_steps(steps_csv: Path) -> dict[str, np.ndarray]:
@@ -66,8 +69,12 @@ def training_plot(steps_csv: Path, out_file: Path, title: str) -> None:
     figure.savefig(out_file)
 
 
-def per_class_plot(fp32_pct: list[float], int8_pct: list[float], out_file: Path, title: str) -> None:
-    """Grouped bars of top-1 accuracy per class, FP32 next to INT8, with the INT8 - FP32 delta above."""
+def per_class_plot(fp32_pct: list[float], int8_pct: list[float], out_file: Path, title: str,
+                   class_names: list[str] | None = None, font: FontChoice | None = None) -> None:
+    """Grouped bars of top-1 accuracy per class, FP32 next to INT8, with the INT8 - FP32 delta above.
+
+    The bars are labelled with `class_names` when `font` draws them and they fit, with class numbers otherwise.
+    """
     fp32 = np.array([math.nan if v is None else v for v in fp32_pct], dtype=float)
     int8 = np.array([math.nan if v is None else v for v in int8_pct], dtype=float)
     classes = np.arange(len(fp32))
@@ -83,8 +90,15 @@ def per_class_plot(fp32_pct: list[float], int8_pct: list[float], out_file: Path,
         if np.isfinite(a) and np.isfinite(b) and a != b:
             axes.text(k, max(a, b) + 0.6, f"{b - a:+.1f}", ha="center", va="bottom", fontsize=8,
                       color="#C44E52" if b < a else "#55A868")
-    axes.set_xticks(classes)
-    axes.set_xlabel("class")
+    named = (class_names is not None and len(class_names) == len(classes) <= NAMED_BARS and font is not None
+             and font.draws_strings)
+    if named:
+        shown = [name if len(name) <= 12 else name[:11] + "…" for name in class_names]
+        axes.set_xticks(classes, shown, rotation=45 if len(classes) > 10 else 0, ha="right" if len(classes) > 10
+                        else "center", fontproperties=font.properties(8), parse_math=False)
+    else:
+        axes.set_xticks(classes)
+    axes.set_xlabel("class" if named or class_names is None else "class (numbers: the names are in the report)")
     axes.set_ylabel("top-1 accuracy (%)")
     figure.suptitle(title, fontsize=11)
     axes.grid(axis="y", alpha=0.3)

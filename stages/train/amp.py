@@ -33,9 +33,10 @@ class AmpRecord:
     low_precision_layer_outputs: int
     layer_outputs: int
     weights_source: str = "parameters"
+    task_black_list: tuple[str, ...] = ()  # ops the task keeps float32 on top of the config's (the CTC loss)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "task_black_list": list(self.task_black_list)}
 
 
 def device_supports(dtype: str) -> bool:
@@ -80,14 +81,17 @@ def grad_scaler(amp: AmpConfig) -> paddle.amp.GradScaler:
 
 
 @contextmanager
-def autocast(amp: AmpConfig):
-    """paddle.amp.auto_cast with the configured level, dtype and op lists."""
+def autocast(amp: AmpConfig, float32_ops: tuple[str, ...] = ()):
+    """paddle.amp.auto_cast with the configured level, dtype and op lists; `float32_ops` (the task's loss
+    operators) join the black list and leave the white list, whatever the config says."""
+    black_list = set(amp.custom_black_list) | set(float32_ops)
+    white_list = set(amp.custom_white_list) - set(float32_ops)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         with paddle.amp.auto_cast(
             enable=amp.enabled,
-            custom_white_list=set(amp.custom_white_list) or None,
-            custom_black_list=set(amp.custom_black_list) or None,
+            custom_white_list=white_list or None,
+            custom_black_list=black_list or None,
             level=amp.level,
             dtype=amp.dtype,
         ):
@@ -121,8 +125,10 @@ class OutputDtypeProbe:
             hook.remove()
 
 
-def amp_record(amp: AmpConfig, scaler: paddle.amp.GradScaler, probe: OutputDtypeProbe) -> AmpRecord:
-    """Compare the request with what the first step measured, and say why they differ."""
+def amp_record(amp: AmpConfig, scaler: paddle.amp.GradScaler, probe: OutputDtypeProbe,
+               task_black_list: tuple[str, ...] = ()) -> AmpRecord:
+    """Compare the request with what the first step measured, and say why they differ; `task_black_list`:
+    the ops `autocast` kept float32 for the task."""
     device = paddle.get_device()
     effective = amp.enabled and probe.low_precision > 0
     if not amp.enabled:
@@ -149,6 +155,7 @@ def amp_record(amp: AmpConfig, scaler: paddle.amp.GradScaler, probe: OutputDtype
         scaler_enabled=bool(scaler.is_enable()),
         low_precision_layer_outputs=probe.low_precision,
         layer_outputs=probe.total,
+        task_black_list=tuple(sorted(task_black_list)),
     )
 
 

@@ -33,7 +33,6 @@ from pathlib import Path
 import numpy as np
 import paddle
 import paddle.distributed as dist
-import paddle.nn.functional as F
 
 from quantgate.config import TrainConfig
 from quantgate.stages.data.reading import StoredData, open_data
@@ -41,8 +40,16 @@ from quantgate.stages.shared.errors import StageError
 from quantgate.stages.train import amp
 from quantgate.stages.train.errors import DistributedTrainingFailed, RankDataMismatch
 from quantgate.stages.train.grad_step import BufferSnapshot, apply_update
-from quantgate.stages.train.loop import DivergenceWatch, TrainResult, _check_finite, data_records, reference_logits
-from quantgate.stages.train.models import build_model
+from quantgate.stages.train.loop import (
+    DivergenceWatch,
+    TrainResult,
+    _check_finite,
+    build_training_model,
+    data_records,
+    model_records,
+    reference_logits,
+)
+from quantgate.stages.train.losses import TaskLoss, loss_for
 from quantgate.stages.train.op_precision import op_precision_record, operator_stats
 from quantgate.stages.train.outputs import (
     DISTRIBUTED,
@@ -173,11 +180,13 @@ def train_data_parallel(config: TrainConfig, data_dir: Path, out_dir: Path, num_
         weights = {name: stored[name] for name in stored.files}
     if weights_sha256(weights) != digests["0"]:
         raise DistributedTrainingFailed(f"{WEIGHTS_FILE} does not match the digest rank 0 reported")
-    np.save(out_dir / REFERENCE_LOGITS_FILE, reference_logits(weights, data, config.architecture, num_workers))
+    np.save(out_dir / REFERENCE_LOGITS_FILE,
+            reference_logits(weights, data, config.architecture, num_workers, config.neck))
     rank0 = results[0]
     metrics = {
         **rank0["metrics"],
         "architecture": config.architecture,
+        **model_records(config, loss_for(data.spec)),
         "num_classes": data.num_classes,
         "input_shape": list(data.input_shape),
         "train_seconds": seconds,  # launch included: process start, rendezvous, reading and training
@@ -251,6 +260,7 @@ class _Rank:
     accounting: ScalerAccounting
     trainable: list
     probe: amp.OutputDtypeProbe
+    loss: TaskLoss
 
 
 def _set_up_rank(config: TrainConfig, data_dir: Path, data_digest: str, num_workers: int) -> _Rank:
@@ -261,7 +271,8 @@ def _set_up_rank(config: TrainConfig, data_dir: Path, data_digest: str, num_work
     data = open_data(data_dir)
     check_same_data(data, data_digest, rank)
     paddle.seed(config.seed)  # same initial weights everywhere; DataParallel also broadcasts rank 0's
-    model = build_model(config.architecture, data.num_classes, data.input_shape)
+    loss = loss_for(data.spec)
+    model = build_training_model(config, data, loss)
     optimizer = paddle.optimizer.Adam(learning_rate=config.learning_rate, parameters=model.parameters())
     model, optimizer = amp.decorate(model, optimizer, config.amp)
     scaler = amp.grad_scaler(config.amp)
@@ -275,7 +286,7 @@ def _set_up_rank(config: TrainConfig, data_dir: Path, data_digest: str, num_work
     parallel = paddle.DataParallel(model)
     parallel.train()
     return _Rank(config, data, num_workers, rank, world_size, model, parallel, optimizer, scaler, watch, sampler,
-                 accounting, trainable, probe)
+                 accounting, trainable, probe, loss)
 
 
 def _train_rank(worker: _Rank) -> tuple[int, dict]:
@@ -290,8 +301,8 @@ def _train_rank(worker: _Rank) -> tuple[int, dict]:
             images, labels = paddle.to_tensor(images), paddle.to_tensor(labels)
             before = BufferSnapshot(model)
             with operator_stats() if step == 0 else nullcontext() as counted:
-                with amp.autocast(config.amp):
-                    loss = F.cross_entropy(worker.parallel(images), labels)
+                with amp.autocast(config.amp, worker.loss.float32_ops):
+                    loss = worker.loss(worker.parallel(images), labels)
             if step == 0:
                 worker.probe.remove()
                 ops = counted
@@ -311,14 +322,15 @@ def _write_rank0_outputs(worker: _Rank, weights: dict[str, np.ndarray], weights_
                          out_dir: Path) -> dict:
     """Rank 0 writes the weights, step records and operator precisions; returns its metrics for the stage."""
     config, scaler, accounting = worker.config, worker.scaler, worker.accounting
-    record = amp.amp_record(config.amp, scaler, worker.probe)
+    record = amp.amp_record(config.amp, scaler, worker.probe, worker.loss.float32_ops)
     np.savez(out_dir / WEIGHTS_FILE, **weights)
     with open(out_dir / STEPS_FILE, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(STEP_COLUMNS)
         writer.writerows(row.as_tuple() for row in accounting.rows)
     (out_dir / OP_PRECISION_FILE).write_text(json.dumps(
-        op_precision_record(ops, record.effective, record.reason, record.device), indent=2, sort_keys=True))
+        op_precision_record(ops, record.effective, record.reason, record.device, record.task_black_list),
+        indent=2, sort_keys=True))
     final_losses = [row.loss for row in accounting.rows[-len(worker.sampler):]]
     return {
         "steps": steps,

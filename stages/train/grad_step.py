@@ -47,12 +47,14 @@ def global_grad_norm(parameters: list) -> tuple[float, bool]:
 class BufferSnapshot:
     """Copies of the state a forward pass changes (BatchNorm running statistics), taken before it runs.
 
-    Paddle keeps BatchNorm's `_mean`/`_variance` as non-trainable parameters, not buffers.
+    Paddle keeps BatchNorm's `_mean`/`_variance` as non-trainable parameters, not buffers. A buffer that
+    holds no memory (an LSTM's `_dropout_state` until dropout runs) has nothing to restore.
     """
 
     def __init__(self, model: paddle.nn.Layer):
         untrained = [param for param in model.parameters() if param.stop_gradient]
-        self._saved = [(tensor, tensor.clone()) for tensor in [*untrained, *model.buffers()]]
+        self._saved = [(tensor, tensor.clone()) for tensor in [*untrained, *model.buffers()]
+                       if tensor._is_initialized()]
 
     def restore(self) -> None:
         for tensor, saved in self._saved:

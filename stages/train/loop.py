@@ -19,12 +19,12 @@ from typing import Protocol
 
 import numpy as np
 import paddle
-import paddle.nn.functional as F
 
 from quantgate.config import AugmentConfig, TrainConfig
 from quantgate.stages.data.augment import augmentation_record
 from quantgate.stages.data.reading import StoredData, open_data
 from quantgate.stages.shared.progress import Progress
+from quantgate.stages.tasks import TEXT_RECOGNITION
 from quantgate.stages.train import amp
 from quantgate.stages.train.checkpoint_state import (
     CheckpointBytes,
@@ -33,14 +33,17 @@ from quantgate.stages.train.checkpoint_state import (
 )
 from quantgate.stages.train.errors import ResumeMismatch, TrainingDiverged
 from quantgate.stages.train.grad_step import BufferSnapshot, StepOutcome, apply_update
-from quantgate.stages.train.models import build_model
+from quantgate.stages.train.losses import TaskLoss, loss_for
+from quantgate.stages.train.models import DEFAULT_NECK, RECOGNIZER, build_model, check_text_outputs, load_weights
 from quantgate.stages.train.op_precision import op_precision_record, operator_stats
 from quantgate.stages.train.outputs import (
     AUGMENTATION,
     DATA_LOADER,
+    NECK,
     OP_PRECISION_FILE,
     REFERENCE_LOGITS_FILE,
     STEPS_FILE,
+    TASK,
     VISUALDL_DIR,
     WEIGHTS_FILE,
 )
@@ -101,21 +104,42 @@ def _check_finite(weights: dict[str, np.ndarray], learning_rate: float) -> None:
 
 
 def reference_logits(weights: dict[str, np.ndarray], data: StoredData, architecture: str = ARCHITECTURE,
-                     num_workers: int = 0) -> np.ndarray:
-    """float32 eval-mode logits of the shipped weights on the test split (never augmented), read batch by
-    batch: the reference the export is checked against.
+                     num_workers: int = 0, neck: str = DEFAULT_NECK) -> np.ndarray:
+    """float32 eval-mode outputs of the shipped weights on the test split (never augmented), read batch by
+    batch: the reference the export is checked against. [N, classes] for a classifier, [N, T, C] for a
+    text recognizer.
 
     Raises:
         DataChanged: a test image changed since the data stage.
+        ModelError: the weights do not fit the network (another architecture or neck).
     """
-    model = build_model(architecture, data.num_classes, data.input_shape)
-    model.set_state_dict({name: paddle.to_tensor(array) for name, array in weights.items()})
-    model.eval()
-    logits = [np.zeros((0, data.num_classes), np.float32)]
+    model = load_weights(build_model(architecture, data.num_classes, data.input_shape, neck), weights, architecture)
+    logits = []
     with paddle.no_grad():
         for images, _ in data.batches("test", REFERENCE_BATCH, num_workers):
             logits.append(model(paddle.to_tensor(images)).numpy().astype(np.float32))
+        if not logits:  # an empty split: no rows, but the output's shape all the same
+            logits.append(model(paddle.zeros([1, *data.input_shape])).numpy().astype(np.float32)[:0])
     return np.concatenate(logits)
+
+
+def build_training_model(config: TrainConfig, data: StoredData, loss: TaskLoss) -> paddle.nn.Layer:
+    """The network to train on `data`; a text recognizer is checked to return [N, T, classes] first.
+
+    Raises:
+        ModelError: the architecture cannot be built, or a text model returns another shape.
+    """
+    model = build_model(config.architecture, data.num_classes, data.input_shape, config.neck)
+    if loss.task == TEXT_RECOGNITION:  # CTC needs [N, T, C] with a frame per label character
+        check_text_outputs(model, config.architecture, data.num_classes, data.input_shape,
+                           int(data.spec.get("max_text_length", 0)))
+    return model
+
+
+def model_records(config: TrainConfig, loss: TaskLoss) -> dict:
+    """What the manifest says about the network beyond its architecture: the task it was trained for, and
+    the built-in recognizer's neck (which export must build again)."""
+    return {TASK: loss.task, NECK: config.neck if config.architecture == RECOGNIZER else None}
 
 
 def data_records(data: StoredData, num_workers: int) -> dict:
@@ -140,6 +164,7 @@ def train(config: TrainConfig, data_dir: Path, out_dir: Path, checkpoints: Check
           resume_from: CheckpointBytes | None = None, num_workers: int = 0) -> TrainResult:
     """Train `config.architecture` on the train split of the data stage's folder `data_dir` and write float32
     weights (parameters and buffers such as BatchNorm statistics), per-step records and reference logits.
+    The loss is the data's task's (`losses.loss_for`): cross-entropy, or CTC in float32 for text recognition.
     With `config.nproc` > 1 the training runs data-parallel in that many processes (see distributed), without
     per-epoch checkpoints. Image folders are decoded by `num_workers` DataLoader processes (0: in this one),
     training images with the data stage's augmentation.
@@ -154,7 +179,8 @@ def train(config: TrainConfig, data_dir: Path, out_dir: Path, checkpoints: Check
         TooManySkippedSteps: more steps were skipped for inf/NaN gradients than `amp.max_skipped_ratio` allows.
         ResumeMismatch: `resume_from` was made with other settings or data, holds every epoch already,
             or is not a checkpoint this quantgate writes.
-        ModelError: the architecture cannot be built.
+        ModelError: the architecture cannot be built, or a text recognizer does not return [N, T, classes]
+            logits with a frame per label character.
         DataError: `data_dir` is not a data stage's folder.
         DataChanged: an image file changed since the data stage recorded it.
         DistributedTrainingFailed: a rank failed, or the ranks ended with different weights.
@@ -190,6 +216,7 @@ class _TrainingRun:
     probe: amp.OutputDtypeProbe
     steps_per_epoch: int
     start_epoch: int
+    loss: TaskLoss
 
 
 @dataclass(frozen=True)
@@ -207,7 +234,8 @@ def _set_up(config: TrainConfig, data: StoredData, resume_from: CheckpointBytes 
     """Seed, build the model, optimizer and loss scaler, and restore `resume_from`'s state if given."""
     paddle.seed(config.seed)
     rng = np.random.RandomState(config.seed)
-    model = build_model(config.architecture, data.num_classes, data.input_shape)
+    loss = loss_for(data.spec)
+    model = build_training_model(config, data, loss)
     optimizer = paddle.optimizer.Adam(learning_rate=config.learning_rate, parameters=model.parameters())
     model, optimizer = amp.decorate(model, optimizer, config.amp)
     scaler = amp.grad_scaler(config.amp)
@@ -223,7 +251,7 @@ def _set_up(config: TrainConfig, data: StoredData, resume_from: CheckpointBytes 
     probe = amp.OutputDtypeProbe(model)
     model.train()
     return _TrainingRun(config, data, num_workers, model, optimizer, scaler, rng, watch, accounting, trainable,
-                        probe, steps_per_epoch, start_epoch)
+                        probe, steps_per_epoch, start_epoch, loss)
 
 
 def _train_step(
@@ -234,8 +262,8 @@ def _train_step(
     images, labels = paddle.to_tensor(images), paddle.to_tensor(labels)
     before = BufferSnapshot(run.model)
     with operator_stats() if count_ops else nullcontext() as counted:
-        with amp.autocast(run.config.amp):
-            loss = F.cross_entropy(run.model(images), labels)
+        with amp.autocast(run.config.amp, run.loss.float32_ops):
+            loss = run.loss(run.model(images), labels)
     if count_ops:
         run.probe.remove()  # one step is enough to see which precision the layers ran in
     scale_used = amp.loss_scale(run.scaler)
@@ -290,17 +318,18 @@ def _write_outputs(run: _TrainingRun, epochs: _EpochsRun, out_dir: Path) -> tupl
     config = run.config
     weights, weights_source = amp.float32_state(run.model, run.optimizer)
     _check_finite(weights, config.learning_rate)
-    record = amp.amp_record(config.amp, run.scaler, run.probe)
+    record = amp.amp_record(config.amp, run.scaler, run.probe, run.loss.float32_ops)
     np.savez(out_dir / WEIGHTS_FILE, **weights)
     np.save(out_dir / REFERENCE_LOGITS_FILE,
-            reference_logits(weights, run.data, config.architecture, run.num_workers))
+            reference_logits(weights, run.data, config.architecture, run.num_workers, config.neck))
     with open(out_dir / STEPS_FILE, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(STEP_COLUMNS)
         writer.writerows(row.as_tuple() for row in run.accounting.rows)
     write_visualdl_scalars(out_dir / STEPS_FILE, out_dir / VISUALDL_DIR, epochs.samples_per_second)
     (out_dir / OP_PRECISION_FILE).write_text(json.dumps(
-        op_precision_record(epochs.ops, record.effective, record.reason, record.device), indent=2, sort_keys=True))
+        op_precision_record(epochs.ops, record.effective, record.reason, record.device, record.task_black_list),
+        indent=2, sort_keys=True))
     return weights_source, record
 
 
@@ -311,6 +340,7 @@ def _metrics(run: _TrainingRun, epochs: _EpochsRun, record: amp.AmpRecord, weigh
     trained_epochs = config.epochs - run.start_epoch
     return {
         "architecture": config.architecture,
+        **model_records(config, run.loss),
         "num_classes": data.num_classes,
         "input_shape": list(data.input_shape),
         "steps": epochs.steps,

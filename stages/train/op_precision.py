@@ -39,8 +39,10 @@ def operator_stats() -> Iterator[dict[str, dict[str, int]]]:
             paddle.amp.debugging.disable_operator_stats_collection()
 
 
-def op_precision_record(ops: dict[str, dict[str, int]], amp_effective: bool, reason: str, device: str) -> dict:
-    """The op_precision.json record: per-op call counts, which ops ran low precision, and AMP's verdict."""
+def op_precision_record(ops: dict[str, dict[str, int]], amp_effective: bool, reason: str, device: str,
+                        task_black_list: tuple[str, ...] = ()) -> dict:
+    """The op_precision.json record: per-op call counts, which ops ran low precision, AMP's verdict, and the
+    ops the task put on the black list (e.g. the CTC loss, `warpctc`)."""
     low = sorted(op for op, counts in ops.items() if counts["float16"] or counts["bfloat16"])
     calls = {column: sum(counts[column] for counts in ops.values()) for column in COLUMNS}
     return {
@@ -53,4 +55,5 @@ def op_precision_record(ops: dict[str, dict[str, int]], amp_effective: bool, rea
         "float32_only_ops": sorted(op for op, counts in ops.items()
                                    if counts["float32"] and op not in low),
         "calls": calls,
+        "task_black_list": sorted(task_black_list),
     }

@@ -10,6 +10,8 @@ VISUALDL_DIR = "vdl"
 LAUNCH_DIR = "launch"  # multi-process runs: launcher logs and one result file per rank
 
 ARCHITECTURE = "architecture"
+TASK = "task"  # classification or text_recognition, from the data stage's record
+NECK = "neck"  # crnn: train.neck, which export needs to build the same network; null for other architectures
 AMP = "amp"
 SCALER = "scaler"
 DATA_LOADER = "data_loader"  # DataLoader workers, and whether the images were read from disk
@@ -21,7 +23,7 @@ OUTPUTS = StageOutputs(
     description="AMP training; the float32 master weights, step records and AMP's operator counts",
     files=(WEIGHTS_FILE, STEPS_FILE, REFERENCE_LOGITS_FILE, OP_PRECISION_FILE, VISUALDL_DIR),
     optional_files=(LAUNCH_DIR,),
-    metrics=(ARCHITECTURE, "num_classes", "input_shape", "steps", "final_epoch_loss_mean", "train_seconds",
-             "samples_per_second", "loss_scale_final", SCALER, "resumed_from_epoch", "epochs_trained_in_this_run",
-             AMP, DATA_LOADER, AUGMENTATION, DISTRIBUTED),
+    metrics=(ARCHITECTURE, TASK, NECK, "num_classes", "input_shape", "steps", "final_epoch_loss_mean",
+             "train_seconds", "samples_per_second", "loss_scale_final", SCALER, "resumed_from_epoch",
+             "epochs_trained_in_this_run", AMP, DATA_LOADER, AUGMENTATION, DISTRIBUTED),
 )

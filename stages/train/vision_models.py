@@ -55,8 +55,8 @@ def build_vision_model(architecture: str, num_classes: int, input_shape: tuple[i
             raise ModelError(f"train.architecture={architecture!r}: module {module_name!r} has no {attribute!r}") from exc
         return _call_with_supported(factory, architecture, num_classes, input_shape)
     if architecture not in vision_model_names():
-        raise ModelError(f"unknown train.architecture {architecture!r}; use 'digits_cnn', one of paddle.vision.models "
-                         f"{vision_model_names()}, or 'package.module:factory'")
+        raise ModelError(f"unknown train.architecture {architecture!r}; use 'digits_cnn', 'crnn' (text), one of "
+                         f"paddle.vision.models {vision_model_names()}, or 'package.module:factory'")
     if input_shape[0] != 3:
         raise ModelError(f"{architecture} takes 3-channel RGB input, the data has {input_shape[0]} channel(s); "
                          "set data.transforms.color: rgb")

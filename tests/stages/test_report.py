@@ -20,7 +20,8 @@ def test_report_shows_fp32_vs_int8_the_gate_and_where_it_lives(stage_dirs, tmp_p
                     stage_dirs.evaluate / "predictions.npz", ReleaseBaseline("v1", 100.0))
     where = {"version": "/store/digits-cnn/versions/v7"}
     result = report("digits-cnn v7", evaluation, decision.as_dict(), stage_dirs.results["train"].metrics,
-                    stage_dirs.train / "steps.csv", where, out)
+                    stage_dirs.train / "steps.csv", where, out, data_dir=stage_dirs.data,
+                    evaluate_dir=stage_dirs.evaluate)
 
     text = (out / result.report_file).read_text()
     assert text.startswith("# digits-cnn v7: gate FAILED")
@@ -36,9 +37,12 @@ def test_report_shows_fp32_vs_int8_the_gate_and_where_it_lives(stage_dirs, tmp_p
     scaler = stage_dirs.results["train"].metrics["scaler"]
     assert f"{scaler['skipped_steps']} of {scaler['steps']} steps skipped for inf/NaN gradients" in text
 
+    assert "| true \\ predicted | 0 | 1 | 2 |" in text and "![Confusion matrices" in text  # the digits' names
+    assert "## Where INT8 and FP32 disagree (test split)" in text and "Fonts: Strings in the pictures" in text
     for name in result.plot_files:
         width, height = png_size(out / name)
-        assert 600 <= width <= 1200 and 400 <= height <= 900
+        if name in ("training.png", "per_class.png"):
+            assert 600 <= width <= 1200 and 400 <= height <= 900
         assert (out / name).stat().st_size > 10_000  # real drawings, not empty canvases
 
 

@@ -4,6 +4,7 @@ import json
 
 from test_gate_runtimes import OPENVINO, ORT, PADDLE_TOO_LOSSY, evaluation
 from test_report import png_size
+from test_report_gallery import FP32, classification_run
 
 from quantgate.config import GatePolicy
 from quantgate.flows.report import runtimes_table
@@ -25,6 +26,12 @@ def three_runtimes() -> tuple[dict, dict]:
     return metrics, gate_record
 
 
+def folders(tmp_path) -> dict:
+    """The data and evaluate stages' folders the report reads (INT8 and FP32 agree on every test image)."""
+    data, evaluate = classification_run(tmp_path, classes=[str(k) for k in range(3)], fp32=FP32, int8=FP32)
+    return {"data_dir": data, "evaluate_dir": evaluate}
+
+
 def steps_csv(folder):
     path = folder / "steps.csv"
     path.write_text("step,epoch,loss,loss_scale\n" + "".join(f"{i},{1 + i // 5},{2.0 / i},1.0\n" for i in range(1, 11)))
@@ -33,8 +40,10 @@ def steps_csv(folder):
 
 def test_the_report_puts_every_runtime_side_by_side_with_its_verdict_and_the_cpu(tmp_path):
     metrics, gate_record = three_runtimes()
-    result = report("m v2", metrics, gate_record, {}, steps_csv(tmp_path), {}, tmp_path)
-    text = (tmp_path / result.report_file).read_text()
+    out = tmp_path / "report"
+    out.mkdir()
+    result = report("m v2", metrics, gate_record, {}, steps_csv(tmp_path), {}, out, **folders(tmp_path))
+    text = (out / result.report_file).read_text()
     assert text.startswith("# m v2: gate FAILED")
     assert ("CPU: Intel(R) Xeon(R) Platinum 8480+; flags: amx_int8, amx_tile, avx2, avx512_vnni, avx512f "
             "(AMX available)") in text
@@ -47,10 +56,10 @@ def test_the_report_puts_every_runtime_side_by_side_with_its_verdict_and_the_cpu
             "| 2.000 | 1.000 | 2.00x | n/a | **FAIL** (paddle_inference.accuracy_drop_pts, "
             "paddle_inference.agreement) |") in text
     assert "| paddle_inference.accuracy_drop_pts | 3.5 pts | <= 1 | **FAIL** |" in text  # the gate table names it
-    assert result.plot_files == ("training.png", "per_class.png", "runtimes.png")
+    assert result.plot_files == ("training.png", "per_class.png", "confusion.png", "runtimes.png")
     assert "![Latency per runtime, FP32 vs INT8](runtimes.png)" in text
-    width, height = png_size(tmp_path / "runtimes.png")
-    assert 600 <= width <= 1200 and 400 <= height <= 900 and (tmp_path / "runtimes.png").stat().st_size > 10_000
+    width, height = png_size(out / "runtimes.png")
+    assert 600 <= width <= 1200 and 400 <= height <= 900 and (out / "runtimes.png").stat().st_size > 10_000
 
 
 def test_a_version_in_one_runtime_gets_no_side_by_side_table(tmp_path):
@@ -58,8 +67,11 @@ def test_a_version_in_one_runtime_gets_no_side_by_side_table(tmp_path):
     text = render_markdown("m v1", ORT, gate_record, {}, {})
     assert "## FP32 vs INT8 (onnxruntime, n/a test samples)" in text
     assert "Runtimes side by side" not in text and "CPU:" not in text and "runtimes.png" not in text
-    result = report("m v1", ORT, gate_record, {}, steps_csv(tmp_path), {}, tmp_path)
-    assert result.plot_files == ("training.png", "per_class.png") and not (tmp_path / "runtimes.png").exists()
+    out = tmp_path / "report"
+    out.mkdir()
+    result = report("m v1", ORT, gate_record, {}, steps_csv(tmp_path), {}, out, **folders(tmp_path))
+    assert result.plot_files == ("training.png", "per_class.png", "confusion.png")
+    assert not (out / "runtimes.png").exists()
     # Without onnxruntime the headline table names the runtime its numbers come from.
     assert "## FP32 vs INT8 (openvino," in render_markdown("m v1", {**OPENVINO, "primary_runtime": "openvino"},
                                                           gate_record, {}, {})

@@ -1,0 +1,229 @@
+"""The `data` section of the configuration: which dataset, where its files lie, how they are split,
+read, transformed and augmented. Re-exported by `quantgate.config`, the one schema."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from quantgate.config_base import Section
+
+TEXT_DATASETS = ("text_lines", "digit_strings")  # the datasets of task text_recognition
+FILE_DATASETS = ("image_folder", "text_lines")  # read from files the data stage records
+
+
+class TransformsConfig(Section):
+    """Deterministic pre-processing, applied as each image is read, the same for calibration, validation,
+    test and (without `augment`) training; recorded in the data manifest as the deployed model's pre-processing."""
+
+    resize: int | tuple[int, int] | None = Field(
+        None, description="Resize: one number scales the shorter side to it, [height, width] is exact; null keeps the size."
+    )
+    center_crop: int | tuple[int, int] | None = Field(
+        None, description="Center crop after resizing: one number for a square, or [height, width]; null for none."
+    )
+    color: Literal["rgb", "grayscale"] = Field("rgb", description="Convert every image to 3-channel RGB or 1-channel grayscale.")
+    mean: tuple[float, ...] = Field((0.0,), description="Per-channel mean subtracted from pixels scaled to [0, 1] (one value or one per channel).")
+    std: tuple[float, ...] = Field((1.0,), description="Per-channel standard deviation the pixels are divided by (one value or one per channel).")
+    rec_image_shape: tuple[int, int, int] = Field(
+        (1, 32, 320), description="text_lines, digit_strings: [C, H, W] of the recognizer's input; each line is "
+        "resized to height H keeping its aspect ratio and padded on the right to W (C 1: grayscale, 3: RGB)."
+    )
+
+    @field_validator("resize", "center_crop")
+    @classmethod
+    def _sizes_are_positive(cls, size):
+        sizes = (size,) if isinstance(size, int) else size or ()
+        if any(value < 1 for value in sizes):
+            raise ValueError(f"sizes must be positive pixel counts, got {size}")
+        return size
+
+    @field_validator("rec_image_shape")
+    @classmethod
+    def _line_shape(cls, shape):
+        channels, height, width = shape
+        if channels not in (1, 3) or height < 8 or width < height:
+            raise ValueError(f"rec_image_shape needs C 1 or 3, H >= 8 and W >= H, got {list(shape)}")
+        return shape
+
+    @model_validator(mode="after")
+    def _mean_std_match_channels(self) -> "TransformsConfig":
+        channels = 3 if self.color == "rgb" else 1
+        for name in ("mean", "std"):
+            if len(getattr(self, name)) not in (1, channels):
+                allowed = "1 value" if channels == 1 else "1 or 3 values"
+                raise ValueError(f"{name} needs {allowed} for color={self.color!r}, got {list(getattr(self, name))}")
+        if any(value <= 0 for value in self.std):
+            raise ValueError(f"std values must be positive, got {list(self.std)}")
+        return self
+
+
+class AugmentConfig(Section):
+    """Random changes to training images only, seeded by (data.seed, epoch, image), so a run is reproducible;
+    calibration, validation and test always see the deterministic `transforms`."""
+
+    crop_scale: tuple[float, float] | None = Field(
+        None, description="Random resized crop: [smallest, largest] share of the image area kept, then resized to "
+        "the transforms' output size; null: no random crop."
+    )
+    horizontal_flip: bool = Field(False, description="Flip half the training images left to right.")
+    rotation_degrees: float = Field(0.0, ge=0, le=180, description="Rotate by a random angle in [-d, d] degrees.")
+    color_jitter: float = Field(
+        0.0, ge=0, le=1, description="Random brightness, contrast and saturation change of up to this share (0: none)."
+    )
+
+    @field_validator("crop_scale")
+    @classmethod
+    def _scale_is_a_range(cls, scale):
+        if scale is not None and not 0 < scale[0] <= scale[1] <= 1:
+            raise ValueError(f"crop_scale needs 0 < smallest <= largest <= 1, got {list(scale)}")
+        return scale
+
+    @property
+    def active(self) -> bool:
+        return self != AugmentConfig()
+
+
+class DigitStringsConfig(Section):
+    """The built-in text lines: strings of scikit-learn's handwritten digits, each digit image in one split only."""
+
+    lines: int = Field(2400, ge=40, le=200_000, description="Text lines generated over all splits.")
+    min_digits: int = Field(4, ge=1, le=32, description="Shortest line, in digits.")
+    max_digits: int = Field(8, ge=1, le=32, description="Longest line, in digits.")
+
+    @model_validator(mode="after")
+    def _range(self) -> "DigitStringsConfig":
+        if self.min_digits > self.max_digits:
+            raise ValueError(f"min_digits {self.min_digits} exceeds max_digits {self.max_digits}")
+        return self
+
+
+def digit_layout(rec_image_shape: tuple[int, int, int], max_digits: int) -> tuple[int, int]:
+    """(digit width, largest gap) in pixels at which digit_strings renders its lines, so that the longest
+    line, its left margin and its gaps fit W: digits are H pixels wide (square) unless that is too wide."""
+    _, height, width = rec_image_shape
+    gap = max(1, height // 8)
+    return min(height, (width - max_digits * gap) // max_digits), gap
+
+
+class DataConfig(Section):
+    dataset: Literal["digits", "image_folder", "text_lines", "digit_strings"] = Field(
+        "digits", description="'digits' (built-in 8x8 digits), 'image_folder' (one sub-folder of images per class), "
+        "'text_lines' (text-line images with a PaddleOCR label file) or 'digit_strings' (built-in handwritten "
+        "digit strings); the last two need task: text_recognition."
+    )
+    path: str | None = Field(
+        None, description="image_folder: the folder of class sub-folders (train folder when test_path is set); "
+        "text_lines: the root folder the label file's image paths are relative to."
+    )
+    test_path: str | None = Field(
+        None, description="image_folder: a separate test folder with the same classes; null splits `path` by seed."
+    )
+    label_file: str | None = Field(
+        None, description="text_lines: UTF-8 file with one `relative/path.png<TAB>label` line per image (PaddleOCR)."
+    )
+    test_label_file: str | None = Field(
+        None, description="text_lines: a separate label file for the test split; null splits label_file by seed."
+    )
+    character_dict: str | None = Field(
+        None, description="text_lines, digit_strings: a file with one character per line (PaddleOCR's "
+        "dictionaries); null builds it from the training labels and stores it with the version."
+    )
+    unknown_chars: Literal["error", "skip"] = Field(
+        "error", description="text_lines: a label with a character missing from character_dict stops the run "
+        "('error', naming the line and character) or its line is left out and listed ('skip')."
+    )
+    too_wide: Literal["error", "squeeze"] = Field(
+        "error", description="text_lines: a line wider than W after resizing to height H stops the run ('error'), "
+        "or is squeezed to W ('squeeze')."
+    )
+    digit_strings: DigitStringsConfig = Field(
+        default_factory=DigitStringsConfig, description="digit_strings: how many lines, how many digits each."
+    )
+    transforms: TransformsConfig = Field(
+        default_factory=TransformsConfig, description="image_folder pre-processing (resize, crop, color, normalize); text datasets: "
+        "rec_image_shape, mean and std."
+    )
+    seed: int = Field(0, ge=0, description="Seed of the stratified train/calibration/validation/test split.")
+    calibration_fraction: float = Field(
+        0.15, gt=0, lt=0.5, description="Share of the data held out for INT8 calibration."
+    )
+    test_fraction: float = Field(
+        0.2, gt=0, lt=0.5, description="Share of the data held out for the FP32 vs INT8 accuracy check."
+    )
+    validation_fraction: float = Field(
+        0.1, ge=0, lt=0.5, description="Share of the data held out for the INT8 recipe search (0: none; "
+        "quantize.strategy 'search' needs it). Taken from training data; calibration and test are not touched."
+    )
+    augment: AugmentConfig = Field(
+        default_factory=AugmentConfig, description="image_folder, text_lines: random augmentation of training images only "
+        "(text lines: rotation and color jitter)."
+    )
+    num_workers: int = Field(
+        2, ge=0, le=64, description="image_folder, text_lines: DataLoader worker processes decoding images "
+        "(0: in the main process)."
+    )
+    scan_workers: int = Field(
+        8, ge=1, le=256, description="image_folder, text_lines: threads hashing and checking image files when the "
+        "data stage scans."
+    )
+    on_bad_image: Literal["error", "skip"] = Field(
+        "error", description="image_folder, text_lines: a corrupt or truncated image stops the run ('error') or is left out and "
+        "listed in the data manifest ('skip')."
+    )
+
+    @model_validator(mode="after")
+    def _paths_match_dataset(self) -> "DataConfig":
+        if self.dataset == "image_folder" and not self.path:
+            raise ValueError("dataset 'image_folder' needs data.path, the folder with one sub-folder per class")
+        if self.dataset == "text_lines" and not (self.path and self.label_file):
+            raise ValueError("dataset 'text_lines' needs data.path (the images' root folder) and data.label_file "
+                             "(one `relative/path.png<TAB>label` line per image)")
+        if self.dataset != "text_lines" and (self.label_file or self.test_label_file):
+            raise ValueError("data.label_file and data.test_label_file apply to dataset 'text_lines' only")
+        if self.dataset not in TEXT_DATASETS and self.character_dict:
+            raise ValueError("data.character_dict applies to datasets 'text_lines' and 'digit_strings' only")
+        if self.dataset == "digit_strings" and (self.path or self.test_path):
+            raise ValueError("dataset 'digit_strings' is built in: remove data.path and data.test_path")
+        if self.dataset == "text_lines" and self.test_path:
+            raise ValueError("dataset 'text_lines' takes its test split from data.test_label_file, not data.test_path")
+        if self.dataset == "digits" and (self.path or self.test_path or self.transforms != TransformsConfig()
+                                         or self.augment.active):
+            raise ValueError("data.path, data.test_path, data.transforms and data.augment apply to dataset "
+                             "'image_folder' only")
+        return self
+
+    @model_validator(mode="after")
+    def _text_transforms(self) -> "DataConfig":
+        if self.dataset not in TEXT_DATASETS:
+            return self
+        transforms, augment = self.transforms, self.augment
+        channels, height, _ = transforms.rec_image_shape
+        if transforms.resize is not None or transforms.center_crop is not None:
+            raise ValueError(f"dataset {self.dataset!r} resizes each line to height H of data.transforms."
+                             "rec_image_shape keeping its aspect ratio: remove data.transforms.resize and center_crop")
+        color = "grayscale" if channels == 1 else "rgb"
+        if "color" in transforms.model_fields_set and transforms.color != color:
+            raise ValueError(f"data.transforms.color {transforms.color!r} contradicts rec_image_shape's C={channels} "
+                             f"(1: grayscale, 3: rgb): remove data.transforms.color or set it to {color!r}")
+        for name in ("mean", "std"):
+            if len(getattr(transforms, name)) not in (1, channels):
+                raise ValueError(f"data.transforms.{name} needs 1 or C={channels} values for rec_image_shape "
+                                 f"{list(transforms.rec_image_shape)}, got {list(getattr(transforms, name))}")
+        if augment.horizontal_flip or augment.crop_scale is not None:
+            raise ValueError("text lines cannot be flipped or randomly cropped (a flipped or cut line no longer reads "
+                             "as its label): remove data.augment.horizontal_flip and data.augment.crop_scale; "
+                             "rotation_degrees and color_jitter apply")
+        if self.dataset == "digit_strings":
+            if augment.active:
+                raise ValueError("dataset 'digit_strings' is built in memory and not augmented: remove data.augment")
+            digit_width, _ = digit_layout(transforms.rec_image_shape, self.digit_strings.max_digits)
+            if digit_width < (height + 1) // 2:
+                raise ValueError(
+                    f"data.transforms.rec_image_shape {list(transforms.rec_image_shape)} cannot hold "
+                    f"{self.digit_strings.max_digits} digits of height {height} (each would be {digit_width} pixels "
+                    f"wide, under half its height): widen W or lower data.digit_strings.max_digits")
+        return self
+
+
