@@ -13,11 +13,13 @@ import numpy as np
 from quantgate.config import EvaluateConfig
 from quantgate.stages.data.reading import StoredData, open_data
 from quantgate.stages.evaluate.cpu import cpu_record
+from quantgate.stages.evaluate.float_layers import float_layers_record
 from quantgate.stages.evaluate.forms import ModelForm, Runner, check_runtimes, library, model_forms, open_runner
 from quantgate.stages.evaluate.latency import measure
 from quantgate.stages.evaluate.ort_forms import onnxruntime_int8_form
 from quantgate.stages.evaluate.outputs import (
     CHARACTER_ERRORS_FILE,
+    INT8_FLOAT_LAYERS,
     ONNXRUNTIME,
     OPENVINO,
     primary_runtime,
@@ -120,6 +122,9 @@ def _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2
             forms[ONNXRUNTIME]["int8"] = chosen
             runners[(ONNXRUNTIME, "int8")] = open_runner(ONNXRUNTIME, chosen, config.threads, batch_shape)
             int8_ops[ONNXRUNTIME] = checked_int8_ops(ONNXRUNTIME, runners[(ONNXRUNTIME, "int8")])
+        float_layers = float_layers_record(forms[ONNXRUNTIME]["int8"].path, latency_batch, config.threads)
+        if float_layers is not None:
+            details[ONNXRUNTIME][INT8_FLOAT_LAYERS] = float_layers
     # With openvino listed the test split is decoded in this process: DataLoader workers exiting while OpenVINO
     # models are compiled here crashed it (Paddle's SIGCHLD handler; see stages/data/reading.py).
     workers = 0 if OPENVINO in runtimes else num_workers

@@ -42,6 +42,9 @@ PRIMARY_RUNTIME = "primary_runtime"
 CPU = "cpu"
 FP32_MODEL, INT8_MODEL, INT8_OPS, LIBRARY = "fp32_model", "int8_model", "int8_ops", "library"
 PREDICTIONS_FILE_KEY = "predictions_file"
+# In onnxruntime's entry, when the INT8 model keeps float layers (a recognizer's LSTM, the search's FP32
+# fall-backs): their counts and share of its kernel time (stages/evaluate/float_layers.py).
+INT8_FLOAT_LAYERS = "int8_float_layers"
 ORT_INT8_PATH = "ort_int8_path"  # in onnxruntime's entry: which MLAS kernel family its INT8 convolutions take
 
 # What the version record, `quantgate versions`, the summary and the Prefect artifact show.

@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantgate.stages.data.reading import open_data
-from quantgate.stages.evaluate.outputs import ACCURACY_METRIC, CER_INCREASE, FP32_CER, INT8_CER, PREDICTIONS_FILE
+from quantgate.stages.evaluate.outputs import (
+    ACCURACY_METRIC,
+    CER_INCREASE,
+    FP32_CER,
+    INT8_CER,
+    INT8_FLOAT_LAYERS,
+    ONNXRUNTIME,
+    PREDICTIONS_FILE,
+    RUNTIMES,
+)
 from quantgate.stages.report.classification_report import classification_sections
 from quantgate.stages.report.outputs import DISAGREEMENTS, FONT, REPORT_FILE, RUNTIMES_PLOT, TRAINING_PLOT
 from quantgate.stages.report.plots import runtimes_plot, training_plot
@@ -75,7 +84,19 @@ def _comparison_table(evaluation: dict, gate_record: dict) -> list[str]:
         f"| {_num(speedup, '.2f')}x speed-up (p50) |",
         f"| model size | {_size(e.get('model_bytes_fp32'))} | {_size(e.get('model_bytes_int8'))} "
         f"| {_num(e.get('size_ratio_int8_vs_fp32'), '.2f')}x size |",
+        *_float_layers_lines(e),
     ]
+
+
+def _float_layers_lines(evaluation: dict) -> list[str]:
+    """What of the INT8 model stays float in onnxruntime, and its share of the INT8 model's kernel time."""
+    record = ((evaluation.get(RUNTIMES) or {}).get(ONNXRUNTIME) or {}).get(INT8_FLOAT_LAYERS)
+    if not record:
+        return []
+    layers = ", ".join(f"{op} x{count} ({_num(100 * record['kernel_time_share'].get(op, 0.0), '.1f')} %)"
+                       for op, count in record["layers"].items())
+    return ["", f"Float layers in the INT8 model (onnxruntime): {layers} of its kernel time at batch "
+                f"{record['batch_size']}; {record['note']}."]
 
 
 def _gate_table(gate_record: dict) -> list[str]:

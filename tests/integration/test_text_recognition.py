@@ -101,3 +101,14 @@ def test_digit_strings_with_a_bilstm_neck_run_through_the_release_flow(quantgate
     assert "warpctc" in json.dumps(precision)
     evaluated = store.read_manifest(store.finalized_stage_ref(version, "evaluate"))["metrics"]
     assert evaluated["task"] == "text_recognition" and evaluated["test_samples"] > 0
+    # PaddleSlim leaves the LSTM in float: the evaluation says so, with its share of the INT8 model's time.
+    float_layers = evaluated["runtimes"]["onnxruntime"]["int8_float_layers"]
+    assert float_layers["layers"] == {"LSTM": 1} and 0 < float_layers["kernel_time_share"]["LSTM"] < 1
+    report = (store.stage_dir(version, "report") / "report.md").read_text(encoding="utf-8")
+    assert "Float layers in the INT8 model (onnxruntime): LSTM x1" in report
+
+
+def test_an_int8_model_whose_layers_all_run_integer_kernels_records_no_float_layers(cheques):
+    store, version, _, _ = cheques
+    evaluated = store.read_manifest(store.finalized_stage_ref(version, "evaluate"))["metrics"]
+    assert "int8_float_layers" not in evaluated["runtimes"]["onnxruntime"]
