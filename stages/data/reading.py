@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import signal
 import threading
 from collections.abc import Iterable, Iterator
@@ -23,16 +22,15 @@ from pathlib import Path
 
 import numpy as np
 import paddle
-from PIL import Image
 
 from quantgate.config import AugmentConfig, TransformsConfig
 from quantgate.stages.data.augment import augmented, image_rng
 from quantgate.stages.data.errors import DataError
-from quantgate.stages.data.file_hashes import DECODE_ERRORS
 from quantgate.stages.data.file_table import FileRow, read_table
 from quantgate.stages.data.image_folders import preprocess
 from quantgate.stages.data.outputs import DATASET_FILE, SPLITS_FILE, TABLE_FILE
-from quantgate.stages.data.text_reading import FILE_CHANGED, FILE_UNREADABLE, READ_OK, TextLineSplit
+from quantgate.stages.data.recorded_image import FILE_CHANGED, FILE_UNREADABLE, READ_OK, read_recorded
+from quantgate.stages.data.text_reading import TextLineSplit
 from quantgate.stages.tasks import TEXT_RECOGNITION, Task, task_of
 from quantgate.stages.tasks.text import encode
 
@@ -75,18 +73,9 @@ class FileSplit(paddle.io.Dataset):
 
     def __getitem__(self, index: int):
         row = self.rows[index]
-        try:
-            with open(self.path(index), "rb") as handle:
-                stat = os.fstat(handle.fileno())
-                if (stat.st_size, stat.st_mtime_ns) != (row.size, row.mtime_ns):
-                    return self._failed(index, FILE_CHANGED)
-                with Image.open(handle) as image:
-                    image.load()
-                    image = image.convert("RGB" if self.transforms.color == "rgb" else "L")
-        except FileNotFoundError:
-            return self._failed(index, FILE_CHANGED)
-        except DECODE_ERRORS:
-            return self._failed(index, FILE_UNREADABLE)
+        image = read_recorded(self.path(index), row, "RGB" if self.transforms.color == "rgb" else "L")
+        if isinstance(image, int):
+            return self._failed(index, image)
         if self.augment is not None:
             image = augmented(image, self.transforms, self.augment, self.input_shape[1:],
                               image_rng(self.seed, self.epoch, index))

@@ -9,7 +9,6 @@ normalize with the transforms' mean and std. A label becomes dictionary ids padd
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +20,10 @@ from quantgate.config import AugmentConfig, TransformsConfig
 from quantgate.stages.data.augment import image_rng
 from quantgate.stages.data.file_hashes import DECODE_ERRORS
 from quantgate.stages.data.file_table import FileRow
+from quantgate.stages.data.recorded_image import FILE_UNREADABLE, READ_OK, read_recorded
 from quantgate.stages.tasks.text import encode
 
 PIXEL_MAX = 255.0
-READ_OK, FILE_CHANGED, FILE_UNREADABLE = 0, 1, 2  # as reading.FileSplit's statuses
 
 
 def resized_width(width: int, height: int, target_height: int) -> int:
@@ -94,19 +93,13 @@ class TextLineSplit(paddle.io.Dataset):
 
     def __getitem__(self, index: int):
         row = self.rows[index]
+        image = read_recorded(self.path(index), row, "L" if self.input_shape[0] == 1 else "RGB")
+        if isinstance(image, int):
+            return self._failed(index, image)
         try:
-            with open(self.path(index), "rb") as handle:
-                stat = os.fstat(handle.fileno())
-                if (stat.st_size, stat.st_mtime_ns) != (row.size, row.mtime_ns):
-                    return self._failed(index, FILE_CHANGED)
-                with Image.open(handle) as image:
-                    image.load()
-                    image = image.convert("L" if self.input_shape[0] == 1 else "RGB")
             if self.augment is not None:
                 image = augmented_line(image, self.augment, image_rng(self.seed, self.epoch, index))
             pixels = line_pixels(image, self.input_shape, self.transforms)
-        except FileNotFoundError:
-            return self._failed(index, FILE_CHANGED)
         except DECODE_ERRORS:  # raised here, it would stall paddle's DataLoader instead of reaching the caller
             return self._failed(index, FILE_UNREADABLE)
         return pixels, encode(row.label_name, self.index, self.length), np.int64(index), np.int8(READ_OK)

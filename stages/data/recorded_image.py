@@ -1,0 +1,35 @@
+"""Reading one image file the data stage recorded, checked against its row of the file table first.
+
+Shared by the image-folder and text-line datasets: a file whose size or mtime differ from the row (or that
+is gone) is FILE_CHANGED, one that no longer decodes is FILE_UNREADABLE. The datasets turn a status into
+zeros plus the status instead of raising, because an exception in a DataLoader worker reaches the main
+process without its message (and in-process it stalled Paddle's DataLoader).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from PIL import Image
+
+from quantgate.stages.data.file_hashes import DECODE_ERRORS
+from quantgate.stages.data.file_table import FileRow
+
+READ_OK, FILE_CHANGED, FILE_UNREADABLE = 0, 1, 2
+
+
+def read_recorded(path: Path, row: FileRow, mode: str) -> Image.Image | int:
+    """The image at `path`, decoded and converted to `mode` ("RGB" or "L"), or FILE_CHANGED / FILE_UNREADABLE."""
+    try:
+        with open(path, "rb") as handle:
+            stat = os.fstat(handle.fileno())
+            if (stat.st_size, stat.st_mtime_ns) != (row.size, row.mtime_ns):
+                return FILE_CHANGED
+            with Image.open(handle) as image:
+                image.load()
+                return image.convert(mode)
+    except FileNotFoundError:
+        return FILE_CHANGED
+    except DECODE_ERRORS:
+        return FILE_UNREADABLE
