@@ -29,7 +29,15 @@ from quantgate.stages.data.errors import DataError
 from quantgate.stages.data.file_table import FileRow, read_table
 from quantgate.stages.data.image_folders import preprocess
 from quantgate.stages.data.outputs import DATASET_FILE, SPLITS_FILE, TABLE_FILE
-from quantgate.stages.data.recorded_image import FILE_CHANGED, FILE_UNREADABLE, READ_OK, read_recorded
+from quantgate.stages.data.recorded_image import (
+    FILE_CHANGED,
+    FILE_UNREADABLE,
+    ITEM_FAILED,
+    READ_OK,
+    guarded,
+    read_recorded,
+    replay,
+)
 from quantgate.stages.data.text_reading import TextLineSplit
 from quantgate.stages.tasks import TEXT_RECOGNITION, Task, task_of
 from quantgate.stages.tasks.text import encode
@@ -72,6 +80,9 @@ class FileSplit(paddle.io.Dataset):
         return Path(self.roots[row.root]) / row.file
 
     def __getitem__(self, index: int):
+        return guarded(self.prepare, self._failed, index)
+
+    def prepare(self, index: int):
         row = self.rows[index]
         image = read_recorded(self.path(index), row, "RGB" if self.transforms.color == "rgb" else "L")
         if isinstance(image, int):
@@ -267,8 +278,16 @@ def _workers_sigchld_handler(active: bool) -> Iterator[None]:
         signal.signal(signal.SIGCHLD, previous)
 
 
-def _changed(dataset: FileSplit | TextLineSplit, index: int, status: int) -> DataChanged:
+def _changed(dataset: FileSplit | TextLineSplit, index: int, status: int) -> DataError:
     path = dataset.path(index)
+    if status == ITEM_FAILED:
+        cause = replay(dataset.prepare, index)
+        error = DataError(f"preparing image {path} failed: "
+                          + (f"{type(cause).__name__}: {cause}" if cause is not None else
+                             "in a DataLoader worker only (it worked when retried in the main process)")
+                          + "; check the file and data.transforms / data.augment, or leave it out")
+        error.__cause__ = cause
+        return error
     if status == FILE_CHANGED:
         return DataChanged(f"image {path} changed after the data stage recorded it (size or mtime differ, or it is "
                            "gone); nothing was trained on other bytes: run again to record the folder as it is now")

@@ -9,6 +9,7 @@ process without its message (and in-process it stalled Paddle's DataLoader).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from PIL import Image
@@ -17,6 +18,28 @@ from quantgate.stages.data.file_hashes import DECODE_ERRORS
 from quantgate.stages.data.file_table import FileRow
 
 READ_OK, FILE_CHANGED, FILE_UNREADABLE = 0, 1, 2
+# Any other exception while an item is prepared (augmenting, transforming). Raised inside Paddle's DataLoader it
+# is lost: with worker processes the loader raises "Blocking queue is killed" without the message, and with
+# none (num_workers 0) its reader thread dies and the loop waits forever. So the datasets return this status,
+# and the caller prepares that one item again in its own process to raise the real error (`replay`).
+ITEM_FAILED = 3
+
+
+def guarded(prepare: Callable[[int], tuple], failed: Callable[[int, int], tuple], index: int) -> tuple:
+    """`prepare(index)`, or `failed(index, ITEM_FAILED)` when it raises anything."""
+    try:
+        return prepare(index)
+    except Exception:  # noqa: BLE001  (replayed by the caller, see ITEM_FAILED)
+        return failed(index, ITEM_FAILED)
+
+
+def replay(prepare: Callable[[int], tuple], index: int) -> BaseException | None:
+    """The exception `prepare(index)` raises when run again here, in the caller's process (None if it does not)."""
+    try:
+        prepare(index)
+    except Exception as exc:  # noqa: BLE001  (handed back to be raised with the file named)
+        return exc
+    return None
 
 
 def read_recorded(path: Path, row: FileRow, mode: str) -> Image.Image | int:

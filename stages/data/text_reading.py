@@ -20,7 +20,7 @@ from quantgate.config import AugmentConfig, TransformsConfig
 from quantgate.stages.data.augment import image_rng
 from quantgate.stages.data.file_hashes import DECODE_ERRORS
 from quantgate.stages.data.file_table import FileRow
-from quantgate.stages.data.recorded_image import FILE_UNREADABLE, READ_OK, read_recorded
+from quantgate.stages.data.recorded_image import FILE_UNREADABLE, READ_OK, guarded, read_recorded
 from quantgate.stages.tasks.text import encode
 
 PIXEL_MAX = 255.0
@@ -92,6 +92,9 @@ class TextLineSplit(paddle.io.Dataset):
         return Path(self.roots[row.root]) / row.file
 
     def __getitem__(self, index: int):
+        return guarded(self.prepare, self._failed, index)
+
+    def prepare(self, index: int):
         row = self.rows[index]
         image = read_recorded(self.path(index), row, "L" if self.input_shape[0] == 1 else "RGB")
         if isinstance(image, int):

@@ -1,4 +1,5 @@
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ from PIL import Image
 from quantgate.config import DataConfig
 from quantgate.stages.data import DataChanged, HashState, open_data, plan_image_folders, prepare_data
 from quantgate.stages.data.errors import DataError
+from quantgate.stages.data import reading
 from quantgate.stages.data.file_table import read_table
 
 TRANSFORMS = {"resize": 20, "center_crop": 16, "mean": [0.5], "std": [0.5]}
@@ -157,3 +159,48 @@ def test_too_few_test_images_and_mixed_sizes_are_clear_errors(tmp_path):
     with pytest.raises(DataError, match="different sizes after pre-processing.*data.transforms.resize"):
         run(DataConfig(dataset="image_folder", path=str(images), test_fraction=0.4, calibration_fraction=0.3),
             tmp_path / "o2")
+
+
+def _batches_in_a_thread(data, workers: int, timeout_s: float = 60.0):
+    """Read the test split in a daemon thread: (finished, the exception it raised)."""
+    outcome: dict = {}
+
+    def read():
+        try:
+            list(data.batches("test", 4, workers))
+        except Exception as exc:  # noqa: BLE001  (the test inspects it)
+            outcome["error"] = exc
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    return not reader.is_alive(), outcome.get("error")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_image_that_fails_while_being_prepared_is_named_instead_of_hanging_the_loader(tmp_path, monkeypatch,
+                                                                                         workers):
+    # Raised inside paddle.io.DataLoader, an exception used to be lost: with workers the loader raised
+    # "Blocking queue is killed" without its message, and with none its reader thread died and the loop
+    # waited forever. Now the item's status is returned and the error is replayed with the file named.
+    images = write_image_folder(tmp_path / "images", classes=3, per_class=8)
+    run(folder_config(images), tmp_path / "a")
+    data = open_data(tmp_path / "a")
+    victim = data.files("test")[1]
+    original = reading.FileSplit.prepare
+
+    def prepare(self, index):
+        if index == 1:
+            raise ValueError("unsupported colour profile")  # e.g. a transform that cannot handle this image
+        return original(self, index)
+
+    monkeypatch.setattr(reading.FileSplit, "prepare", prepare)
+    if workers:  # in the main thread: a thread of its own cannot fork DataLoader workers with Paddle's handlers
+        with pytest.raises(Exception) as raised:
+            list(data.batches("test", 4, workers))
+        finished, error = True, raised.value
+    else:
+        finished, error = _batches_in_a_thread(data, workers)
+    assert finished, "reading the split hung"
+    assert isinstance(error, DataError) and victim in str(error)
+    assert "ValueError: unsupported colour profile" in str(error)
