@@ -34,7 +34,7 @@ from quantgate.stages.data.recorded_image import (
     FILE_UNREADABLE,
     ITEM_FAILED,
     READ_OK,
-    guarded,
+    RecordedImages,
     read_recorded,
     replay,
 )
@@ -62,25 +62,16 @@ class _IndexBatches(paddle.io.BatchSampler):
         return len(self.batches)
 
 
-class FileSplit(paddle.io.Dataset):
+class FileSplit(RecordedImages):
     """One split's image files: item `i` is (pixels float32 CHW, label, i, status); status says whether the
     file still matches the table. A bad file gives zeros and a status instead of raising, because an
     exception in a DataLoader worker reaches the main process without its message."""
 
     def __init__(self, rows: list[FileRow], roots: dict[str, str], transforms: TransformsConfig,
                  input_shape: tuple[int, ...], augment: AugmentConfig | None = None, seed: int = 0, epoch: int = 0):
-        self.rows, self.roots, self.transforms = rows, roots, transforms
+        super().__init__(rows, roots)
+        self.transforms = transforms
         self.input_shape, self.augment, self.seed, self.epoch = tuple(input_shape), augment, seed, epoch
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def path(self, index: int) -> Path:
-        row = self.rows[index]
-        return Path(self.roots[row.root]) / row.file
-
-    def __getitem__(self, index: int):
-        return guarded(self.prepare, self._failed, index)
 
     def prepare(self, index: int):
         row = self.rows[index]

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import paddle
 from PIL import Image
 
 from quantgate.stages.data.file_hashes import DECODE_ERRORS
@@ -25,12 +26,32 @@ READ_OK, FILE_CHANGED, FILE_UNREADABLE = 0, 1, 2
 ITEM_FAILED = 3
 
 
-def guarded(prepare: Callable[[int], tuple], failed: Callable[[int, int], tuple], index: int) -> tuple:
-    """`prepare(index)`, or `failed(index, ITEM_FAILED)` when it raises anything."""
-    try:
-        return prepare(index)
-    except Exception:  # noqa: BLE001  (replayed by the caller, see ITEM_FAILED)
-        return failed(index, ITEM_FAILED)
+class RecordedImages(paddle.io.Dataset):
+    """A split's recorded image files, as a paddle.io.Dataset: item `i` is `prepare(i)`, whose last field is a
+    status. Subclasses prepare an item and say what a failed one looks like (`_failed`); an exception while
+    preparing becomes ITEM_FAILED, for the caller to `replay`."""
+
+    def __init__(self, rows: list[FileRow], roots: dict[str, str]):
+        self.rows, self.roots = rows, roots
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def path(self, index: int) -> Path:
+        row = self.rows[index]
+        return Path(self.roots[row.root]) / row.file
+
+    def __getitem__(self, index: int):
+        try:
+            return self.prepare(index)
+        except Exception:  # noqa: BLE001  (replayed by the caller, see ITEM_FAILED)
+            return self._failed(index, ITEM_FAILED)
+
+    def prepare(self, index: int) -> tuple:
+        raise NotImplementedError
+
+    def _failed(self, index: int, status: int) -> tuple:
+        raise NotImplementedError
 
 
 def replay(prepare: Callable[[int], tuple], index: int) -> BaseException | None:

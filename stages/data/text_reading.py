@@ -9,10 +9,7 @@ normalize with the transforms' mean and std. A label becomes dictionary ids padd
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
-import paddle
 from paddle.vision.transforms import functional as vision
 from PIL import Image
 
@@ -20,7 +17,7 @@ from quantgate.config import AugmentConfig, TransformsConfig
 from quantgate.stages.data.augment import image_rng
 from quantgate.stages.data.file_hashes import DECODE_ERRORS
 from quantgate.stages.data.file_table import FileRow
-from quantgate.stages.data.recorded_image import FILE_UNREADABLE, READ_OK, guarded, read_recorded
+from quantgate.stages.data.recorded_image import FILE_UNREADABLE, READ_OK, RecordedImages, read_recorded
 from quantgate.stages.tasks.text import encode
 
 PIXEL_MAX = 255.0
@@ -72,27 +69,17 @@ def augmented_line(image: Image.Image, augment: AugmentConfig, rng: np.random.Ge
     return image
 
 
-class TextLineSplit(paddle.io.Dataset):
+class TextLineSplit(RecordedImages):
     """One split's line images: item `i` is (pixels float32 [C, H, W], ids int64 [L], i, status), as
     `reading.FileSplit`'s items; a changed or undecodable file gives zeros and a status instead of raising."""
 
     def __init__(self, rows: list[FileRow], roots: dict[str, str], transforms: TransformsConfig,
                  characters: tuple[str, ...], max_text_length: int, augment: AugmentConfig | None = None,
                  seed: int = 0, epoch: int = 0):
-        self.rows, self.roots, self.transforms = rows, roots, transforms
-        self.input_shape = tuple(transforms.rec_image_shape)
+        super().__init__(rows, roots)
+        self.transforms, self.input_shape = transforms, tuple(transforms.rec_image_shape)
         self.index = {character: position + 1 for position, character in enumerate(characters)}
         self.length, self.augment, self.seed, self.epoch = max_text_length, augment, seed, epoch
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def path(self, index: int) -> Path:
-        row = self.rows[index]
-        return Path(self.roots[row.root]) / row.file
-
-    def __getitem__(self, index: int):
-        return guarded(self.prepare, self._failed, index)
 
     def prepare(self, index: int):
         row = self.rows[index]
