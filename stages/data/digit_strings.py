@@ -9,7 +9,6 @@ background to W. The ink convention is load_digits's: bright ink on a dark groun
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -110,14 +109,3 @@ def make_digit_strings(config: DataConfig) -> tuple[dict[str, np.ndarray], tuple
         arrays[f"y_{name}"] = np.stack([encode(text, index, length) for text in arrays[f"text_{name}"]]) \
             if counts[name] else np.zeros((0, length), np.int64)
     return arrays, characters
-
-
-def arrays_sha256(arrays: dict[str, np.ndarray]) -> str:
-    """sha256 over every array's name, dtype, shape and bytes, in name order."""
-    digest = hashlib.sha256()
-    for name in sorted(arrays):
-        array = np.ascontiguousarray(arrays[name])
-        digest.update(f"{name}{array.dtype.str}{array.shape}".encode())
-        digest.update(array.tobytes())
-    return digest.hexdigest()
-

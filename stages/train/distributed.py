@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
 import importlib
 import json
 import os
@@ -36,6 +35,7 @@ import paddle.distributed as dist
 
 from quantgate.config import TrainConfig
 from quantgate.stages.data.reading import StoredData, open_data
+from quantgate.stages.shared.digests import arrays_sha256 as weights_sha256  # the ranks' weights compared by it
 from quantgate.stages.shared.errors import StageError
 from quantgate.stages.train import amp
 from quantgate.stages.train.errors import DistributedTrainingFailed, RankDataMismatch
@@ -64,16 +64,6 @@ from quantgate.stages.train.scaler_accounting import STEP_COLUMNS, ScalerAccount
 LOG_TAIL_LINES = 40
 # "quantgate.stages.train.errors.TrainingDiverged: ..." in a rank's traceback: the module, then the class.
 QUANTGATE_ERROR = re.compile(r"(quantgate\.stages\.[\w.]+?)\.([A-Z]\w+): ")
-
-
-def weights_sha256(weights: dict[str, np.ndarray]) -> str:
-    """sha256 over every array's name, dtype, shape and bytes, in name order."""
-    digest = hashlib.sha256()
-    for name in sorted(weights):
-        array = np.ascontiguousarray(weights[name])
-        digest.update(f"{name}|{array.dtype.str}|{array.shape}|".encode())
-        digest.update(array.tobytes())
-    return digest.hexdigest()
 
 
 def _free_port() -> int:
