@@ -122,7 +122,8 @@ def _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2
             forms[ONNXRUNTIME]["int8"] = chosen
             runners[(ONNXRUNTIME, "int8")] = open_runner(ONNXRUNTIME, chosen, config.threads, batch_shape)
             int8_ops[ONNXRUNTIME] = checked_int8_ops(ONNXRUNTIME, runners[(ONNXRUNTIME, "int8")])
-        float_layers = float_layers_record(forms[ONNXRUNTIME]["int8"].path, latency_batch, config.threads)
+        float_layers = float_layers_record(forms[ONNXRUNTIME]["int8"].path, int8_ops[ONNXRUNTIME], latency_batch,
+                                           config.threads)
         if float_layers is not None:
             details[ONNXRUNTIME][INT8_FLOAT_LAYERS] = float_layers
     # With openvino listed the test split is decoded in this process: DataLoader workers exiting while OpenVINO

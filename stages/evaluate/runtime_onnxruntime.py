@@ -21,6 +21,8 @@ INT8_CONV_MATMUL = ("QLinearConv", "ConvInteger", "QLinearMatMul", "MatMulIntege
                     "DynamicQuantizeMatMul")
 FLOAT_CONV_MATMUL = ("Conv", "FusedConv", "NhwcFusedConv", "ConvTranspose", "MatMul", "FusedMatMul", "Gemm",
                      "FusedGemm", "TransposeMatMul")
+# PaddleSlim does not quantize recurrent layers (a text recognizer's LSTM neck): they always run in float.
+FLOAT_RECURRENT = ("LSTM", "GRU", "RNN")
 
 
 def library() -> str:
@@ -54,7 +56,8 @@ class Runner:
         return self.session.run(None, {self.input: images})[0]
 
     def int8_ops(self) -> dict:
-        """Convolutions and matmuls of the graph onnxruntime runs, and how many of them are integer kernels."""
+        """Convolutions and matmuls of the graph onnxruntime runs, how many of them are integer kernels, and the
+        recurrent layers it runs (in float)."""
         with tempfile.TemporaryDirectory(prefix="quantgate-ort-") as scratch:
             lowered = Path(scratch) / "lowered.onnx"
             session(self.form.path, 1, optimized_copy=lowered)
@@ -62,4 +65,5 @@ class Runner:
         int8 = {op: ops[op] for op in INT8_CONV_MATMUL if ops[op]}
         floats = {op: ops[op] for op in FLOAT_CONV_MATMUL if ops[op]}
         return {"int8": sum(int8.values()), "total_conv_matmul": sum(int8.values()) + sum(floats.values()),
-                "int8_kernels": int8, "float_kernels": floats}
+                "int8_kernels": int8, "float_kernels": floats,
+                "float_recurrent": {op: ops[op] for op in FLOAT_RECURRENT if ops[op]}}

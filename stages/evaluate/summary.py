@@ -58,7 +58,7 @@ def runtime_numbers(measured: Measured, references: np.ndarray, task: Task) -> d
         "size_ratio_int8_vs_fp32": int8_bytes / fp32_bytes,
     }
     if PADDLE2ONNX_INT8 in measured.logits:
-        reference = task.predict(measured.logits[PADDLE2ONNX_INT8])
+        reference = measured.predicted[PADDLE2ONNX_INT8]
         scores = task.scores(references, reference)
         numbers.update({
             "paddle2onnx_int8_top1_pct": scores["top1_pct"],
