@@ -66,6 +66,10 @@ def _recorded(metrics: dict, key: str) -> float | None:
     return float(value)
 
 
+def _accuracy_pct(labels: np.ndarray, predicted: np.ndarray) -> float:
+    return 100.0 * float(np.mean(predicted == labels))
+
+
 def _kind_problems(labels: np.ndarray, predicted: tuple[np.ndarray, ...], task: str) -> list[str]:
     """Why the stored arrays are not the predictions of `task` (text lines are strings, classes integers)."""
     strings = [array.dtype.kind == "U" for array in (labels, *predicted)]
@@ -87,15 +91,13 @@ def check_predictions(predictions_file: Path, metrics: dict, task: str, resample
     problems = _kind_problems(labels, (fp32_pred, int8_pred), task)
     if problems:
         return None, problems
-    for key, predicted in (("fp32_top1_pct", fp32_pred), ("int8_top1_pct", int8_pred)):
-        recorded, recomputed = _recorded(metrics, key), 100.0 * float(np.mean(predicted == labels))
+    checks = [("fp32_top1_pct", fp32_pred, _accuracy_pct), ("int8_top1_pct", int8_pred, _accuracy_pct)]
+    if task == TEXT_RECOGNITION:
+        checks += [(FP32_CER, fp32_pred, character_error_rate_pct), (INT8_CER, int8_pred, character_error_rate_pct)]
+    for key, predicted, measure in checks:
+        recorded, recomputed = _recorded(metrics, key), measure(labels, predicted)
         if recorded is not None and abs(recorded - recomputed) > TOLERANCE:
             problems.append(f"{key} {recorded:.4f} does not match the stored predictions ({recomputed:.4f})")
-    if task == TEXT_RECOGNITION:
-        for key, predicted in ((FP32_CER, fp32_pred), (INT8_CER, int8_pred)):
-            recorded, recomputed = _recorded(metrics, key), character_error_rate_pct(labels, predicted)
-            if recorded is not None and abs(recorded - recomputed) > TOLERANCE:
-                problems.append(f"{key} {recorded:.4f} does not match the stored predictions ({recomputed:.4f})")
     try:
         interval = paired_bootstrap_delta(labels, fp32_pred, int8_pred, resamples, seed)
     except ValueError as exc:
