@@ -1,4 +1,4 @@
-"""The `release` flow: train → export → quantize → convert → evaluate → gate → report → publish.
+"""The `release` flow: train (or take in a trained model) → export → quantize → convert → evaluate → gate → report → publish.
 
 Run it with `quantgate run`, as a script, or from a deployment in prefect.yaml.
 """
@@ -27,18 +27,22 @@ from quantgate.errors import Rejected
 from quantgate.flows.evidence import baseline_of
 from quantgate.flows.report import publish_report
 from quantgate.flows.tasks import (
+    SOURCE,
     check_calibration_size,
     convert_task,
     data_task,
     evaluate_task,
+    export_program_task,
     export_task,
     gate_task,
     quantize_task,
     release_baseline_task,
     report_task,
+    source_task,
     train_task,
 )
 from quantgate.flows.trust import check_trusted_factory, running_from_deployment
+from quantgate.flows.warm_start import resolve_warm_start
 from quantgate.settings import resolve_store_root
 from quantgate.stages.data.outputs import FINGERPRINT, PREPROCESSING
 from quantgate.stages.evaluate import check_runtimes
@@ -47,6 +51,8 @@ from quantgate.stages.gate import Criterion, decide
 from quantgate.stages.gate.outputs import PASSED, RELEASE_REGRESSION
 from quantgate.stages.gate.runtimes import PRIMARY_RUNTIME, RUNTIMES, runtime_headlines, with_criterion, with_verdicts
 from quantgate.stages.quantize.outputs import SEARCH
+from quantgate.stages.source import check_trained_model
+from quantgate.stages.source.outputs import INPUT_SPEC, ORIGIN, OUTPUT_SPEC, PARAMETERS, TRAINED_HERE
 from quantgate.stages.train.outputs import AMP, ARCHITECTURE, SCALER
 from quantgate.terminal import RUN_LOGGER
 
@@ -71,17 +77,21 @@ def version_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str,
     manifests = {stage: store.read_manifest(ref) for stage, ref in refs.items()}
     gate = manifests["gate"]["metrics"]
     evaluation = manifests["evaluate"]["metrics"]
+    if SOURCE in manifests:  # trained elsewhere: no AMP, no scaler; the record says where the model came from
+        source = manifests[SOURCE]["metrics"]
+        trained = {AMP: None, SCALER: None, "architecture": None,
+                   SOURCE: {key: source[key] for key in (TRAINED_HERE, ORIGIN, INPUT_SPEC, OUTPUT_SPEC, PARAMETERS)}}
+    else:
+        trained = {AMP: manifests["train"]["metrics"][AMP], SCALER: manifests["train"]["metrics"][SCALER],
+                   "architecture": manifests["train"]["metrics"][ARCHITECTURE]}
     return {
         "status": "passed" if gate["passed"] else "failed",
         "gate": gate,
         "metrics": {key: evaluation[key] for key in headline_keys(evaluation)},
         RUNTIMES: runtime_headlines(evaluation, gate, headline_keys(evaluation)),
-        "amp": manifests["train"]["metrics"][AMP],
-        "scaler": manifests["train"]["metrics"][SCALER],
+        **trained,  # amp, scaler, architecture (what a deployment needs besides the model file), or the source
         "search": manifests["quantize"]["metrics"].get(SEARCH),
         "data_fingerprint_sha256": manifests["data"]["metrics"][FINGERPRINT],
-        # What a deployment needs besides the model file: the network and the input pre-processing.
-        "architecture": manifests["train"]["metrics"][ARCHITECTURE],
         "preprocessing": manifests["data"]["metrics"].get(PREPROCESSING),
         "stage_seconds": {stage: manifests[stage]["duration_s"] for stage in refs},
         "reused": {stage: manifests[stage]["reused_from"]["version"] for stage in refs
@@ -174,7 +184,8 @@ def resume_checkpoint(store: ArtifactStore, model: str, version: str | None) -> 
 @flow(name="release", validate_parameters=True)
 def release(config: PipelineConfig = PipelineConfig(), store: str | None = None, resume: str | None = None,
             reuse: bool = True) -> str:
-    """Train, quantize and gate one new version; returns its name, or raises GateFailed.
+    """Train (or take in `config.trained_model`), quantize and gate one new version; returns its name, or
+    raises GateFailed.
 
     With `resume` (a version such as "v3"), training continues from that version's latest
     checkpoint in the new version, instead of starting from freshly initialised weights.
@@ -185,12 +196,15 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
         GateFailed: the INT8 model missed the policy; the version is kept, `release` is not moved.
         ArtifactNotFound: `resume` names a version that does not exist or has no checkpoint.
         UntrustedFactory: a run from a deployment names a `module:factory` the worker does not trust.
+        ModelProblem: `config.trained_model` cannot be gated as given (before a version exists).
     """
     check_trusted_factory(config.train.architecture, running_from_deployment())  # before anything imports it
     check_runtimes(config.evaluate.runtimes)  # a runtime that is not installed fails now, not after training
     root = str(resolve_store_root(store))
     artifact_store = ArtifactStore(root)
+    warm_start = resolve_warm_start(artifact_store, config, resume, running_from_deployment())  # train.init_from
     resume_from = resume_checkpoint(artifact_store, config.model_name, resume)  # before a version exists
+    checked = check_trained_model(config) if config.trained_model else None  # a bad model: exit 2, nothing stored
     version = artifact_store.create_version(config.model_name)
     get_run_logger().info("new version %s/%s in %s", version.model, version.version, root)
     logging.getLogger(RUN_LOGGER).info("quantgate %s/%s: library output goes to %s", version.model, version.version,
@@ -198,11 +212,16 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
     with artifact_store.hold_version(version):  # tells fsck this version is running, not interrupted
         try:
             refs: dict[str, StageRef] = {}
-            refs["data"] = data_task(root, version, config.data, reuse)
+            refs["data"] = data_task(root, version, config.data, reuse, training=checked is None)
             check_calibration_size(root, refs["data"], config.quantize)
             workers = config.data.num_workers  # DataLoader processes decoding image files (none for the digits)
-            refs["train"] = train_task(root, version, config.train, refs["data"], resume_from, reuse, workers)
-            refs["export"] = export_task(root, version, refs["train"], refs["data"], reuse, workers)
+            if checked is None:
+                refs["train"] = train_task(root, version, config.train, refs["data"], resume_from, reuse, workers,
+                                           warm_start)
+                refs["export"] = export_task(root, version, refs["train"], refs["data"], reuse, workers)
+            else:  # a model trained elsewhere takes the train stage's place
+                refs[SOURCE] = source_task(root, version, config, checked, refs["data"], reuse)
+                refs["export"] = export_program_task(root, version, refs[SOURCE], refs["data"], reuse, workers)
             refs["quantize"] = quantize_task(root, version, config.quantize, refs["export"], refs["data"], reuse,
                                              config.gate, config.evaluate, workers)
             refs["convert"] = convert_task(root, version, refs["export"], refs["quantize"], reuse)
@@ -210,7 +229,7 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
                                              refs["export"], refs["quantize"])
             baseline = release_baseline_task(root, config.model_name)
             refs["gate"] = gate_task(root, version, config.gate, refs["evaluate"], baseline, refs["quantize"])
-            refs["report"] = report_task(root, version, refs["train"], refs["evaluate"], refs["gate"],
+            refs["report"] = report_task(root, version, refs.get("train", refs.get(SOURCE)), refs["evaluate"], refs["gate"],
                                          refs["quantize"], data=refs["data"])
             record = publish_task(root, version, config, refs)
         except Exception as exc:

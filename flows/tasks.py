@@ -20,27 +20,32 @@ from prefect.cache_policies import NO_CACHE
 
 from quantgate.artifacts import ArtifactStore, CheckpointRef, StageRef, VersionRef
 from quantgate.artifacts.reuse import reuse_note
-from quantgate.config import DataConfig, EvaluateConfig, GatePolicy, QuantizeConfig, TrainConfig
+from quantgate.config import DataConfig, EvaluateConfig, GatePolicy, PipelineConfig, QuantizeConfig, TrainConfig
 from quantgate.flows.code_version import code_digest
 from quantgate.flows.evidence import gate_evidence, release_baseline
 from quantgate.flows.stage_logs import library_output, stage_lines, stage_logs_to_prefect
+from quantgate.flows.warm_start import INIT_DIGEST, WarmStart, read_init_weights
 from quantgate.stages.convert import convert
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, OPSET, PADDLE2ONNX_INT8_FILE
 from quantgate.stages.data import FolderPlan, HashState, TextPlan, plan_image_folders, plan_text_lines, prepare_data
 from quantgate.stages.data.outputs import SAMPLES_CALIBRATION
 from quantgate.stages.evaluate import evaluate
-from quantgate.stages.export import export
+from quantgate.stages.export import export, export_program
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.gate import ReleaseBaseline, gate
 from quantgate.stages.quantize import calibration_batches, quantize, search_quantization
 from quantgate.stages.quantize.outputs import SEARCH
 from quantgate.stages.report import report
+from quantgate.stages.source import import_model
+from quantgate.stages.source.checks import CheckedModel
+from quantgate.stages.source.outputs import OUTPUTS as SOURCE_OUTPUTS
 from quantgate.stages.report.outputs import REPORT_FILE
 from quantgate.stages.train import train
 from quantgate.stages.train.checkpoint_state import CheckpointBytes
 from quantgate.stages.train.outputs import (
     AMP,
     ARCHITECTURE,
+    INIT_FROM,
     NECK,
     REFERENCE_LOGITS_FILE,
     SCALER,
@@ -51,6 +56,7 @@ from quantgate.stages.train.outputs import (
 
 STAGE_TASK = {"retries": 0, "cache_policy": NO_CACHE}
 FILE_HASH_STATE = "file-hashes"  # the store's cache kind holding the data stage's file-hash state
+SOURCE = SOURCE_OUTPUTS.stage
 
 
 def stage_environment(stage: str) -> dict:
@@ -105,9 +111,10 @@ def check_calibration_size(store_root: str, data: StageRef, config: QuantizeConf
 
 
 @task(name="data", **STAGE_TASK)
-def data_task(store_root: str, version: VersionRef, config: DataConfig, reuse: bool = True) -> StageRef:
+def data_task(store_root: str, version: VersionRef, config: DataConfig, reuse: bool = True,
+              training: bool = True) -> StageRef:
     """Split the dataset; an image folder or text lines are scanned into a file table first (nothing is
-    stored if they are bad)."""
+    stored if they are bad). Without `training` (a model trained elsewhere) nothing is split off to train."""
     plan: list[FolderPlan | TextPlan] = []
     planners = {"image_folder": plan_image_folders, "text_lines": plan_text_lines}
 
@@ -118,12 +125,14 @@ def data_task(store_root: str, version: VersionRef, config: DataConfig, reuse: b
         if config.dataset not in planners:
             return {}
         state = HashState(ArtifactStore(store_root).cache(FILE_HASH_STATE).state_file())
-        plan.append(planners[config.dataset](config, state))
+        plan.append(planners[config.dataset](config, state, training=training))
         return {"file_table_sha256": plan[0].table_sha256}
 
+    settings = config.model_dump(mode="json") | ({} if training else {"training": False})  # earlier digests kept
     return run_stage(
-        store_root, version, "data", config.model_dump(mode="json"), {},
-        lambda _, out: prepare_data(config, out, plan[0] if plan else None), reuse, environment=scan,
+        store_root, version, "data", settings, {},
+        lambda _, out: prepare_data(config, out, plan[0] if plan else None, training=training), reuse,
+        environment=scan,
     )
 
 
@@ -146,25 +155,32 @@ def checkpoint_sink(store: ArtifactStore, version: VersionRef, stage: str) -> Ca
 @task(name="train", **STAGE_TASK)
 def train_task(
     store_root: str, version: VersionRef, config: TrainConfig, data: StageRef, resume: CheckpointRef | None = None,
-    reuse: bool = True, num_workers: int = 0,
+    reuse: bool = True, num_workers: int = 0, warm_start: WarmStart | None = None,
 ) -> StageRef:
-    """Train under AMP and keep the float32 master weights; checkpoint every epoch, or continue `resume`."""
+    """Train under AMP and keep the float32 master weights; checkpoint every epoch, or continue `resume`, or
+    start from `warm_start`'s weights (train.init_from, resolved by the flow before the version existed)."""
     store = ArtifactStore(store_root)
     # Read once and hashed: training loads these very bytes (no pickle in them), never the files again.
     saved = CheckpointBytes(resume.name, store.read_checkpoint(resume)) if resume is not None else None
 
     def work(dirs: dict[str, Path], out: Path):
+        # Read here, not before run_stage: a reused stage never loads them (nor unpickles a .pdparams).
+        init = read_init_weights(store, warm_start) if warm_start is not None else None
         result = train(config, dirs["data"], out, checkpoints=checkpoint_sink(store, version, "train"),
-                       resume_from=saved, num_workers=num_workers)
+                       resume_from=saved, num_workers=num_workers, init_weights=init)
         if resume is not None:
             result.metrics["resumed_from"] = {"model": resume.model, "version": resume.version,
                                               "checkpoint": resume.name, "manifest_sha256": resume.manifest_sha256}
+        if warm_start is not None:
+            result.metrics[INIT_FROM] = {**warm_start.record(), **result.metrics[INIT_FROM]}
         return result
 
-    # A resumed run starts from other weights: the checkpoint is one of its inputs.
-    resumed = {"resume_checkpoint_sha256": resume.manifest_sha256} if resume is not None else {}
+    # A resumed or warm-started run starts from other weights: the checkpoint or the init weights are inputs.
+    started_from = {"resume_checkpoint_sha256": resume.manifest_sha256} if resume is not None else {}
+    if warm_start is not None:
+        started_from[INIT_DIGEST] = warm_start.sha256
     ref = run_stage(store_root, version, "train", config.model_dump(mode="json"), {"data": data}, work,
-                    reuse and not user_code(config.architecture), environment=resumed)
+                    reuse and not user_code(config.architecture), environment=started_from)
     metrics = store.read_manifest(ref)["metrics"]
     amp = metrics[AMP]
     get_run_logger().info("AMP requested %s/%s, effective: %s (%s)",
@@ -173,7 +189,34 @@ def train_task(
     get_run_logger().info("loss scale %s -> %s (min %s), %d of %d steps skipped",
                           scaler["initial_scale"], scaler["final_scale"], scaler["min_scale"],
                           scaler["skipped_steps"], scaler["steps"])
+    if metrics.get(INIT_FROM):
+        init = metrics[INIT_FROM]
+        get_run_logger().info("started from %s %s (sha256 %s…), %d key(s) fresh", init["source"],
+                              init["version"] or init["path"], init["sha256"][:12], len(init["fresh_keys"]))
     return ref
+
+
+@task(name="source", **STAGE_TASK)
+def source_task(store_root: str, version: VersionRef, config: PipelineConfig, checked: CheckedModel,
+                data: StageRef, reuse: bool = True) -> StageRef:
+    """Take in the model trained elsewhere, byte for byte, in the train stage's place (its files' sha256 are
+    in the inputs digest: another export of the same path is another source)."""
+    settings = {"trained_model": config.trained_model.model_dump(mode="json"), "task": config.task}
+    return run_stage(
+        store_root, version, SOURCE, settings, {"data": data},
+        lambda dirs, out: import_model(config, dirs["data"], out), reuse,
+        environment={"model_files": checked.files},
+    )
+
+
+@task(name="export", **STAGE_TASK)
+def export_program_task(store_root: str, version: VersionRef, source: StageRef, data: StageRef,
+                        reuse: bool = True, num_workers: int = 0) -> StageRef:
+    """Keep the imported FP32 program as the pipeline's FP32 model, run once on a test batch."""
+    return run_stage(
+        store_root, version, "export", {"from": SOURCE}, {"source": source, "data": data},
+        lambda dirs, out: export_program(dirs["source"], dirs["data"], out, num_workers), reuse,
+    )
 
 
 @task(name="export", **STAGE_TASK)
@@ -297,22 +340,24 @@ def gate_task(store_root: str, version: VersionRef, policy: GatePolicy, evaluate
 @task(name="report", **STAGE_TASK)
 def report_task(store_root: str, version: VersionRef, trained: StageRef, evaluated: StageRef, gated: StageRef,
                 quantized: StageRef | None = None, data: StageRef | None = None) -> StageRef:
-    """report.md and its pictures, stored in the version; `data` defaults to this version's data stage."""
+    """report.md and its pictures, stored in the version; `trained` is the train stage, or the source stage of
+    a model trained elsewhere; `data` defaults to this version's data stage."""
     store = ArtifactStore(store_root)
     train_metrics, evaluation, gate_record = (store.read_manifest(ref)["metrics"] for ref in (trained, evaluated, gated))
     search = search_summary(store, quantized)
     data = data or store.stage_ref(version, "data")
     report_dir = store.stage_dir(version, "report")
+    imported = trained.stage == SOURCE  # a model trained elsewhere: no steps, no VisualDL
     where = {
         "version": str(version.path),
         "report": str(report_dir / REPORT_FILE),
         "pictures": str(report_dir / "*.png"),
-        "VisualDL": f"visualdl --logdir {store.stage_dir(version, trained.stage) / VISUALDL_DIR}",
+        **({} if imported else {"VisualDL": f"visualdl --logdir {store.stage_dir(version, trained.stage) / VISUALDL_DIR}"}),
     }
     return run_stage(
-        store_root, version, "report", {}, {"data": data, "train": trained, "evaluate": evaluated, "gate": gated},
+        store_root, version, "report", {}, {"data": data, trained.stage: trained, "evaluate": evaluated, "gate": gated},
         lambda dirs, out: report(f"{version.model} {version.version}", evaluation, gate_record, train_metrics,
-                                 dirs["train"] / STEPS_FILE, where, out, search, data_dir=dirs["data"],
-                                 evaluate_dir=dirs["evaluate"]),
+                                 None if imported else dirs["train"] / STEPS_FILE, where, out, search,
+                                 data_dir=dirs["data"], evaluate_dir=dirs["evaluate"]),
         reuse=False,  # the report names this version's paths
     )

@@ -7,12 +7,13 @@ into one `ConfigError` that lists every bad field with its value and what is all
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
 from quantgate.config_base import Section
 from quantgate.data_config import (  # noqa: F401  (one schema: the data section is re-exported)
+    FILE_DATASETS,
     TEXT_DATASETS,
     AugmentConfig,
     DataConfig,
@@ -105,6 +106,51 @@ class TrainConfig(Section):
         None, gt=0, description="Clip the global L2 norm of the unscaled gradients to this value; null: no clipping."
     )
     amp: AmpConfig = Field(default_factory=AmpConfig, description="Mixed-precision settings.")
+    init_from: str | None = Field(
+        None, min_length=1, max_length=4096,
+        description="Start from other FP32 weights: 'release', a version trained here ('v3') or a state-dict "
+        "file (.npz; .pdparams with init_allow_pickle); null: freshly initialised weights.",
+    )
+    init_allow_pickle: bool = Field(
+        False, description="Let init_from name a .pdparams file, a pickle that runs code when loaded (its sha256 is "
+        "recorded); never allowed in a run started from a deployment.",
+    )
+    init_strict: bool = Field(
+        True, description="Refuse init weights with missing, unexpected or mis-shaped keys; false: layers that do "
+        "not fit (e.g. a new head) start fresh and are listed in the train manifest.",
+    )
+
+    @field_validator("init_from")
+    @classmethod
+    def _init_from_is_a_version_or_a_state_dict(cls, value: str | None) -> str | None:
+        from quantgate.artifacts.layout import RELEASE
+        from quantgate.artifacts.names import InvalidName, check_version
+
+        if value is None or value == RELEASE:
+            return value
+        if value[:1] == "v" and value[1:].isdigit():
+            try:
+                return check_version(value)
+            except InvalidName as exc:
+                raise ValueError(str(exc)) from exc
+        if not value.endswith((".npz", ".pdparams")):
+            raise ValueError(f"must be {RELEASE!r}, a version such as 'v3', or a state-dict file ending in .npz "
+                             "(read without pickle) or .pdparams (a pickle: also set train.init_allow_pickle: true)")
+        return value
+
+    @model_validator(mode="after")
+    def _init_from_can_be_loaded(self) -> "TrainConfig":
+        # Both are known from the config alone, so they fail before any store, data or Paddle is touched.
+        if self.init_from is not None and self.init_from.endswith(".pdparams") and not self.init_allow_pickle:
+            raise ValueError(
+                f"train.init_from={self.init_from!r} is a pickle (.pdparams), and loading one runs whatever code its "
+                "bytes name: convert it to .npz (numpy.savez of the state dict's arrays), or set "
+                "train.init_allow_pickle: true if you trust the file"
+            )
+        if self.init_from is not None and self.nproc > 1:
+            raise ValueError(f"train.init_from warm-starts single-process training only (train.nproc={self.nproc}); "
+                             "set train.nproc: 1")
+        return self
 
 
 ALGOS = Literal["hist", "KL", "mse", "avg", "abs_max", "min_max"]
@@ -199,16 +245,43 @@ class EvaluateConfig(Section):
         return runtimes
 
 
+# A per-runtime gate threshold: one number for every runtime, or {runtime: number}; PipelineConfig checks that
+# a map names every runtime evaluate.runtimes lists. The shape picks the form, so a bad value is reported once,
+# against the form it was written in (gate.min_speedup.number, gate.min_speedup.by_runtime.openvino).
+RuntimeName = Literal["onnxruntime", "openvino", "paddle_inference"]  # stages/evaluate/outputs.py RUNTIME_NAMES
+Bounded = TypeVar("Bounded")
+
+
+def _number_or_map(value: Any) -> str:
+    return "by_runtime" if isinstance(value, dict) else "number"
+
+
+PerRuntime = Annotated[
+    Annotated[Bounded, Tag("number")] | Annotated[dict[RuntimeName, Bounded], Field(min_length=1), Tag("by_runtime")],
+    Discriminator(_number_or_map),
+]
+Points = Annotated[float, Field(ge=0, le=100)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
+Ratio = Annotated[float, Field(ge=0)]
+BY_RUNTIME = "; one number for every runtime, or a map {runtime: number} naming each runtime evaluate.runtimes lists"
+
+
 class GatePolicy(Section):
-    max_accuracy_drop: float = Field(
-        1.0, ge=0, le=100, description="Largest allowed top-1 drop of INT8 vs FP32, in percentage points."
+    # The thresholds of the criteria judged once per runtime (stages/gate/runtimes.py PER_RUNTIME).
+    PER_RUNTIME: ClassVar[tuple[str, ...]] = (
+        "max_accuracy_drop", "max_cer_increase_pts", "min_agreement", "min_int8_accuracy", "min_speedup")
+
+    max_accuracy_drop: PerRuntime[Points] = Field(
+        1.0, description=f"Largest allowed top-1 drop of INT8 vs FP32, in percentage points{BY_RUNTIME}."
     )
-    min_agreement: float = Field(
-        0.98, ge=0, le=1, description="Smallest allowed share of test samples where INT8 and FP32 predict the same class."
+    min_agreement: PerRuntime[Fraction] = Field(
+        0.98, description="Smallest allowed share of test samples where INT8 and FP32 predict the same class"
+        f"{BY_RUNTIME}."
     )
-    min_int8_accuracy: float = Field(
-        0.0, ge=0, le=100, description="Smallest allowed INT8 top-1 accuracy, in percent (0 disables the floor)."
+    min_int8_accuracy: PerRuntime[Points] = Field(
+        0.0, description=f"Smallest allowed INT8 top-1 accuracy, in percent (0 disables the floor){BY_RUNTIME}."
     )
+    # One number: it compares the primary runtime's INT8 top-1 with the release's (docs/gate.md).
     max_release_regression: float = Field(
         1.0, ge=0, le=100,
         description="Largest allowed INT8 top-1 drop vs the current release version's INT8 top-1, in points "
@@ -222,14 +295,53 @@ class GatePolicy(Section):
         2000, ge=100, le=100_000, description="Paired bootstrap resamples of the test set for the delta's interval."
     )
     bootstrap_seed: int = Field(0, ge=0, description="Seed of the bootstrap resampling, so the interval is reproducible.")
-    max_cer_increase_pts: float = Field(
-        0.5, ge=0, le=100, description="text_recognition: largest allowed rise of INT8's character error rate over "
-        "FP32's, in percentage points (classification: not applicable)."
+    max_cer_increase_pts: PerRuntime[Points] = Field(
+        0.5, description="text_recognition: largest allowed rise of INT8's character error rate over "
+        f"FP32's, in percentage points (classification: not applicable){BY_RUNTIME}."
     )
-    min_speedup: float = Field(
-        1.0, ge=0, description="Smallest allowed INT8 speedup over FP32 (FP32 / INT8 median latency in onnxruntime); "
-        "1 fails an INT8 model slower than FP32, 0 disables the check."
+    min_speedup: PerRuntime[Ratio] = Field(
+        1.0, description="Smallest allowed INT8 speedup over FP32 (FP32 / INT8 median latency in that runtime); "
+        f"1 fails an INT8 model slower than FP32, 0 disables the check{BY_RUNTIME} (e.g. {{onnxruntime: 1, "
+        "paddle_inference: 0}: gate onnxruntime on speed, keep paddle_inference's for information)."
     )
+
+    def threshold(self, name: str, runtime: str) -> float:
+        """`name`'s threshold for `runtime`: the one number or the map's value; for a runtime the map does not
+        name (the search's onnxruntime check when onnxruntime is not listed), the map's strictest value."""
+        value = getattr(self, name)
+        if not isinstance(value, dict):
+            return value
+        return value[runtime] if runtime in value else (max if name.startswith("min_") else min)(value.values())
+
+    def unnamed_runtimes(self, runtimes: tuple[str, ...]) -> dict[str, list[str]]:
+        """{threshold given as a map: the runtimes of `runtimes` it names no value for}."""
+        maps = {name: getattr(self, name) for name in self.PER_RUNTIME if isinstance(getattr(self, name), dict)}
+        return {name: missing for name, value in maps.items() if (missing := [r for r in runtimes if r not in value])}
+
+
+class TrainedModelConfig(Section):
+    """A Paddle inference model trained elsewhere, gated instead of a model trained here."""
+
+    path: str = Field(
+        ..., min_length=1, description="Folder of the exported model (PaddleOCR tools/export_model.py, PaddleClas, "
+        "PaddleX, paddle.jit.save): <prefix>.pdmodel and <prefix>.pdiparams, Paddle's legacy program format."
+    )
+    prefix: str = Field(
+        "inference", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
+        description="The model files' stem when it is not 'inference' (e.g. 'model' for model.pdmodel).",
+    )
+
+
+def non_default_fields(section: BaseModel, default: BaseModel, where: str) -> list[str]:
+    """Dotted names of the fields of `section` whose values differ from `default`'s, nested sections included."""
+    changed = []
+    for name in type(section).model_fields:
+        value, default_value = getattr(section, name), getattr(default, name)
+        if isinstance(value, BaseModel) and isinstance(default_value, BaseModel):
+            changed += non_default_fields(value, default_value, f"{where}.{name}")
+        elif value != default_value:
+            changed.append(f"{where}.{name}")
+    return changed
 
 
 class PipelineConfig(Section):
@@ -239,6 +351,10 @@ class PipelineConfig(Section):
     )
     model_name: str = Field(
         "digits-cnn", pattern=NAME_PATTERN, description="Name the versions are stored under (lowercase, digits, . _ -)."
+    )
+    trained_model: TrainedModelConfig | None = Field(
+        None, description="A model trained elsewhere to quantize and gate as it is (nothing is trained; the data "
+        "feeds calibration, validation and test only); null: train one as the train section says."
     )
     data: DataConfig = Field(default_factory=DataConfig, description="Dataset and split.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Training and AMP.")
@@ -254,6 +370,8 @@ class PipelineConfig(Section):
                              f"'digit_strings' (got {self.data.dataset!r})")
         if self.task == "classification" and text_data:
             raise ValueError(f"dataset {self.data.dataset!r} holds text lines: set task: text_recognition")
+        if self.trained_model is not None:
+            return self  # no network is built here: the model's own checks run before anything (stages/source)
         if text_data and architecture != "crnn" and ":" not in architecture:
             raise ValueError(f"task 'text_recognition' needs train.architecture 'crnn' or your recognizer's "
                              f"'package.module:factory' returning [N, T, C] logits (got {architecture!r})")
@@ -265,7 +383,7 @@ class PipelineConfig(Section):
     def _architecture_fits_the_data(self) -> "PipelineConfig":
         # paddle.vision.models networks open with a 3-channel convolution.
         architecture = self.train.architecture
-        if self.data.dataset in TEXT_DATASETS:
+        if self.data.dataset in TEXT_DATASETS or self.trained_model is not None:
             return self
         if architecture != "digits_cnn" and ":" not in architecture:
             if self.data.dataset == "digits":
@@ -273,6 +391,27 @@ class PipelineConfig(Section):
                                  "1-channel 8x8: use dataset 'image_folder' or architecture 'digits_cnn'")
             if self.data.transforms.color != "rgb":
                 raise ValueError(f"train.architecture={architecture!r} needs RGB input; set data.transforms.color: rgb")
+        return self
+
+    @model_validator(mode="after")
+    def _nothing_to_train_with_a_trained_model(self) -> "PipelineConfig":
+        # Settings that only training reads would be ignored silently; a field merely present with its
+        # default (as `quantgate config --example` writes every field) is fine.
+        if self.trained_model is None:
+            return self
+        ignored = non_default_fields(self.train, TrainConfig(), "train")
+        ignored += non_default_fields(self.data.augment, AugmentConfig(), "data.augment")
+        if ignored:
+            raise ValueError(f"{', '.join(ignored)} {'has' if len(ignored) == 1 else 'have'} no effect with trained_model: nothing is trained here, the "
+                             f"model in trained_model.path is quantized and gated as it is; remove them, or remove "
+                             f"trained_model to train a model")
+        if self.data.dataset == "digit_strings":
+            raise ValueError("trained_model reads your own data: use data.dataset 'text_lines' (or 'image_folder'), "
+                             "not the built-in digit_strings")
+        if self.data.dataset == "text_lines" and not self.data.character_dict:
+            raise ValueError("a trained recognizer reads its own dictionary: set data.character_dict to the file it "
+                             "was trained with (PaddleOCR: e.g. ppocr_keys_v1.txt) and data.use_space_char as in its "
+                             "training config")
         return self
 
     @model_validator(mode="after")
@@ -292,6 +431,17 @@ class PipelineConfig(Section):
             return check_model(name)
         except InvalidName as exc:
             raise ValueError(str(exc)) from exc
+
+    @model_validator(mode="after")
+    def _per_runtime_thresholds_name_listed_runtimes(self) -> "PipelineConfig":
+        # A runtime added to evaluate.runtimes must get its thresholds on purpose, never another runtime's.
+        unnamed = self.gate.unnamed_runtimes(self.evaluate.runtimes)
+        if unnamed:
+            raise ValueError("; ".join(
+                f"gate.{name} names no threshold for {', '.join(runtimes)}, which evaluate.runtimes lists: add "
+                f"{' and '.join(f'{runtime}: <number>' for runtime in runtimes)} to the map, or give one number "
+                "for every runtime" for name, runtimes in unnamed.items()))
+        return self
 
 
 def describe_validation_error(error: ValidationError) -> list[str]:

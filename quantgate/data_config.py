@@ -23,15 +23,27 @@ class TransformsConfig(Section):
     center_crop: int | tuple[int, int] | None = Field(
         None, description="Center crop after resizing: one number for a square, or [height, width]; null for none."
     )
-    color: Literal["rgb", "grayscale"] = Field("rgb", description="Convert every image to 3-channel RGB or 1-channel grayscale.")
+    color: Literal["rgb", "bgr", "grayscale"] = Field(
+        "rgb", description="Channel order fed to the model: 3-channel RGB, 3-channel BGR (models trained on OpenCV "
+        "decodes: PaddleOCR) or 1-channel grayscale."
+    )
     mean: tuple[float, ...] = Field((0.0,), description="Per-channel mean subtracted from pixels scaled to [0, 1] (one value or one per channel).")
     std: tuple[float, ...] = Field((1.0,), description="Per-channel standard deviation the pixels are divided by (one value or one per channel).")
+    resize_pad: tuple[int, int] | None = Field(
+        None, description="image_folder: [H, W]: resize each image to height H keeping its aspect ratio (at most W "
+        "wide) and pad it on the right to W, as PaddleOCR's text-line models read (direction classifier: [48, 192]); "
+        "replaces resize and center_crop; null: off."
+    )
+    line_padding: Literal["background", "zero"] = Field(
+        "background", description="text lines and resize_pad: pad on the right with the line's own background "
+        "('background') or with zeros after normalization ('zero', PaddleOCR's resize_norm_img)."
+    )
     rec_image_shape: tuple[int, int, int] = Field(
         (1, 32, 320), description="text_lines, digit_strings: [C, H, W] of the recognizer's input; each line is "
         "resized to height H keeping its aspect ratio and padded on the right to W (C 1: grayscale, 3: RGB)."
     )
 
-    @field_validator("resize", "center_crop")
+    @field_validator("resize", "center_crop", "resize_pad")
     @classmethod
     def _sizes_are_positive(cls, size):
         sizes = (size,) if isinstance(size, int) else size or ()
@@ -49,7 +61,9 @@ class TransformsConfig(Section):
 
     @model_validator(mode="after")
     def _mean_std_match_channels(self) -> "TransformsConfig":
-        channels = 3 if self.color == "rgb" else 1
+        if self.resize_pad is not None and (self.resize is not None or self.center_crop is not None):
+            raise ValueError("resize_pad resizes and pads each image itself: remove resize and center_crop")
+        channels = 1 if self.color == "grayscale" else 3
         for name in ("mean", "std"):
             if len(getattr(self, name)) not in (1, channels):
                 allowed = "1 value" if channels == 1 else "1 or 3 values"
@@ -130,6 +144,14 @@ class DataConfig(Section):
         None, description="text_lines, digit_strings: a file with one character per line (PaddleOCR's "
         "dictionaries); null builds it from the training labels and stores it with the version."
     )
+    use_space_char: bool = Field(
+        False, description="text datasets: a space is the dictionary's last character, after character_dict's "
+        "(PaddleOCR's use_space_char; its Chinese models: true)."
+    )
+    class_names: tuple[str, ...] | None = Field(
+        None, description="classification: every class of the model in output order (e.g. ['0', '180']); image "
+        "folders are named after classes in it and may cover a subset; null: the sorted sub-folder names."
+    )
     unknown_chars: Literal["error", "skip"] = Field(
         "error", description="text_lines: a label with a character missing from character_dict stops the run "
         "('error', naming the line and character) or its line is left out and listed ('skip')."
@@ -182,8 +204,18 @@ class DataConfig(Section):
                              "(one `relative/path.png<TAB>label` line per image)")
         if self.dataset != "text_lines" and (self.label_file or self.test_label_file):
             raise ValueError("data.label_file and data.test_label_file apply to dataset 'text_lines' only")
-        if self.dataset not in TEXT_DATASETS and self.character_dict:
-            raise ValueError("data.character_dict applies to datasets 'text_lines' and 'digit_strings' only")
+        if self.dataset not in TEXT_DATASETS and (self.character_dict or self.use_space_char):
+            raise ValueError("data.character_dict and data.use_space_char apply to datasets 'text_lines' and "
+                             "'digit_strings' only")
+        if self.dataset == "digit_strings" and self.use_space_char:
+            raise ValueError("data.use_space_char applies to dataset 'text_lines'; digit strings hold no spaces")
+        if self.dataset in TEXT_DATASETS and self.class_names is not None:
+            raise ValueError("data.class_names applies to classification; a text dataset's outputs are the "
+                             "characters of data.character_dict")
+        if self.class_names is not None and (not self.class_names or len(set(self.class_names)) != len(self.class_names)):
+            raise ValueError(f"data.class_names needs distinct names, got {list(self.class_names)[:20]}")
+        if self.dataset == "digits" and self.class_names is not None:
+            raise ValueError("data.class_names applies to image folders; the built-in digits are classes 0-9")
         if self.dataset == "digit_strings" and (self.path or self.test_path):
             raise ValueError("dataset 'digit_strings' is built in: remove data.path and data.test_path")
         if self.dataset == "text_lines" and self.test_path:
@@ -203,10 +235,14 @@ class DataConfig(Section):
         if transforms.resize is not None or transforms.center_crop is not None:
             raise ValueError(f"dataset {self.dataset!r} resizes each line to height H of data.transforms."
                              "rec_image_shape keeping its aspect ratio: remove data.transforms.resize and center_crop")
-        color = "grayscale" if channels == 1 else "rgb"
-        if "color" in transforms.model_fields_set and transforms.color != color:
+        allowed = ("grayscale",) if channels == 1 else ("rgb", "bgr")
+        if "color" in transforms.model_fields_set and transforms.color not in allowed:
             raise ValueError(f"data.transforms.color {transforms.color!r} contradicts rec_image_shape's C={channels} "
-                             f"(1: grayscale, 3: rgb): remove data.transforms.color or set it to {color!r}")
+                             f"(1: grayscale, 3: rgb or bgr): remove data.transforms.color or set it to "
+                             f"{' or '.join(map(repr, allowed))}")
+        if transforms.resize_pad is not None:
+            raise ValueError(f"dataset {self.dataset!r} resizes and pads each line to data.transforms.rec_image_shape: "
+                             "remove data.transforms.resize_pad (it is for image folders)")
         for name in ("mean", "std"):
             if len(getattr(transforms, name)) not in (1, channels):
                 raise ValueError(f"data.transforms.{name} needs 1 or C={channels} values for rec_image_shape "

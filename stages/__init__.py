@@ -5,6 +5,7 @@ One package per stage, in pipeline order; each package's `__init__` exposes its 
 `shared/` holds the few helpers several stages use. No stage imports Prefect or knows the store.
 
     data/      split the digits or an image folder            -> prepare_data
+    source/    a model trained elsewhere, in train's place    -> import_model
     train/     AMP training, scaler accounting, checkpoints   -> train
     export/    FP32 master weights as an inference model      -> export
     quantize/  PaddleSlim PTQ and the accuracy-aware search   -> quantize, search_quantization
@@ -14,4 +15,4 @@ One package per stage, in pipeline order; each package's `__init__` exposes its 
     report/    report.md and plots                            -> report
 """
 
-PIPELINE = ("data", "train", "export", "quantize", "convert", "evaluate", "gate", "report")
+PIPELINE = ("data", "source", "train", "export", "quantize", "convert", "evaluate", "gate", "report")

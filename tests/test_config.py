@@ -163,3 +163,56 @@ def test_thousands_of_bad_keys_list_the_first_fifty_and_count_the_rest():
     message = str(caught.value)
     assert "invalid configuration (500 problem(s))" in message and "... and 450 more" in message
     assert len(caught.value.problems) == 500 and message.count("unknown key") == 50
+
+
+def test_a_gate_threshold_is_one_number_for_every_runtime_or_a_map_by_runtime():
+    listed = {"runtimes": ["onnxruntime", "paddle_inference"]}
+    config = validate_config({"evaluate": listed, "gate": {"min_speedup": {"onnxruntime": 1.5, "paddle_inference": 0},
+                                                           "min_agreement": 0.97}})
+    assert config.gate.min_speedup == {"onnxruntime": 1.5, "paddle_inference": 0.0}
+    assert [config.gate.threshold("min_speedup", name) for name in listed["runtimes"]] == [1.5, 0.0]
+    assert [config.gate.threshold("min_agreement", name) for name in listed["runtimes"]] == [0.97, 0.97]
+    # Naming a runtime that is not listed is fine: a team may drop one for a while and keep its policy.
+    assert validate_config({"gate": {"min_speedup": {"onnxruntime": 1, "openvino": 0}}}).gate.min_speedup == {
+        "onnxruntime": 1.0, "openvino": 0.0}
+    # The example, written from a config with a map, reads back to that config.
+    import yaml
+
+    from quantgate.config_example import example_yaml
+
+    assert validate_config(yaml.safe_load(example_yaml(config))) == config
+
+
+def test_a_threshold_map_with_an_unknown_runtime_is_refused_naming_it_and_the_known_ones():
+    with pytest.raises(ConfigError) as caught:
+        validate_config({"gate": {"min_speedup": {"onnxruntime": 1, "tensorrt": 0}, "max_accuracy_drop": {},
+                                  "min_agreement": {"onnxruntime": 1.5}}})
+    assert [problem.split(": ")[0] for problem in caught.value.problems] == [
+        "gate.max_accuracy_drop.by_runtime", "gate.min_agreement.by_runtime.onnxruntime",
+        "gate.min_speedup.by_runtime.tensorrt.[key]"]
+    assert ("Input should be 'onnxruntime', 'openvino' or 'paddle_inference' (got 'tensorrt')"
+            in caught.value.problems[-1])
+    # A plain number is judged as it always was, and reported once.
+    with pytest.raises(ConfigError) as caught:
+        validate_config({"gate": {"min_agreement": 1.5}})
+    assert caught.value.problems == ["gate.min_agreement.number: Input should be less than or equal to 1 (got 1.5)"]
+
+
+def test_a_threshold_map_missing_a_listed_runtime_is_refused_before_any_run():
+    with pytest.raises(ConfigError) as caught:
+        validate_config({"evaluate": {"runtimes": ["onnxruntime", "openvino", "paddle_inference"]},
+                         "gate": {"min_speedup": {"onnxruntime": 1}, "min_agreement": {"onnxruntime": 0.98,
+                                                                                       "openvino": 0.98}}})
+    message = str(caught.value)
+    assert ("gate.min_agreement names no threshold for paddle_inference, which evaluate.runtimes lists: add "
+            "paddle_inference: <number> to the map, or give one number for every runtime") in message
+    assert "gate.min_speedup names no threshold for openvino, paddle_inference" in message
+
+
+def test_the_deployment_parameter_schema_offers_a_number_or_a_map_by_runtime():
+    gate = PipelineConfig.model_json_schema()["$defs"]["GatePolicy"]["properties"]
+    number, by_runtime = gate["min_agreement"]["oneOf"]
+    assert number == {"type": "number", "minimum": 0, "maximum": 1}
+    assert by_runtime["propertyNames"] == {"enum": ["onnxruntime", "openvino", "paddle_inference"]}
+    assert by_runtime["additionalProperties"] == number and by_runtime["minProperties"] == 1
+    assert gate["max_release_regression"]["type"] == "number"  # judged on the primary runtime only

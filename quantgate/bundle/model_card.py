@@ -52,7 +52,7 @@ def gate_by_runtime(gate: dict, runtimes: tuple[str, ...], primary: str) -> tupl
 def build_card(sources: VersionSources, files: dict[str, dict], lineage: dict, runtime_files: dict,
                created_at: str) -> dict:
     """The model card of a bundle holding `files` ({path: {sha256, bytes}}), as JSON-ready data."""
-    data, train, quantize = sources.metrics("data"), sources.metrics("train"), sources.metrics("quantize")
+    data, train, quantize = sources.metrics("data"), sources.metrics(sources.trained_stage), sources.metrics("quantize")
     evaluated, record = sources.metrics("evaluate"), sources.record
     primary = evaluated.get("primary_runtime") or sources.runtimes[0]
     criteria, verdicts = gate_by_runtime(sources.gate, sources.runtimes, primary)
@@ -62,14 +62,17 @@ def build_card(sources: VersionSources, files: dict[str, dict], lineage: dict, r
     vocabulary = {"characters": sources.characters()} if task == TEXT_RECOGNITION else {"classes": sources.classes()}
     return {
         "created_at": created_at,
-        "model": {"name": sources.ref.model, "version": sources.ref.version, "architecture": train.get("architecture"),
+        "model": {"name": sources.ref.model, "version": sources.ref.version,
+                  "architecture": train.get("architecture") or "a Paddle inference model trained elsewhere",
                   "task": task, **vocabulary, "input_shape": data.get("input_shape"),
                   "finalized_at": record.get("finalized_at")},
         "data": {"dataset": data.get("dataset"), "fingerprint_sha256": data.get("fingerprint_sha256"),
                  "samples": {split: data.get(f"samples_{split}") for split in SPLITS},
                  "source": data.get("source"), "preprocessing": sources.preprocessing(),
                  "augmentation": data.get("augmentation")},
-        "training": {"config": record.get("config", {}).get("train"), "amp": train.get("amp"),
+        "training": {"trained_here": False, "source": {key: train.get(key) for key in ("origin", "input", "output",
+                                                                                   "parameters")}}
+        if train.get("trained_here") is False else {"config": record.get("config", {}).get("train"), "amp": train.get("amp"),
                      "scaler": train.get("scaler"), "steps": train.get("steps"),
                      "final_epoch_loss_mean": train.get("final_epoch_loss_mean"),
                      "train_seconds": train.get("train_seconds"), "resumed_from_epoch": train.get("resumed_from_epoch")},
@@ -133,6 +136,12 @@ def _data(data: dict) -> list[str]:
 
 
 def _training(training: dict) -> list[str]:
+    if training.get("trained_here") is False:
+        origin = training["source"].get("origin") or {}
+        files = ", ".join(f"{name} sha256 `{item['sha256']}`" for name, item in origin.get("files", {}).items())
+        return ["## Training", "", "- not trained here: imported from "
+                f"`{origin.get('path')}` ({training['source'].get('parameters')} parameters); {files}",
+                "- AMP: not applicable (no training in quantgate)"]
     amp, config = training.get("amp") or {}, training.get("config") or {}
     requested = amp.get("requested") or {}
     reason = f": {amp['reason']}" if amp.get("reason") else ""

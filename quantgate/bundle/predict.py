@@ -128,7 +128,7 @@ def load_image(path: Path, transforms: TransformsConfig, input_shape: tuple[int,
     try:
         with Image.open(path) as image:
             image.load()
-            image = image.convert("RGB" if transforms.color == "rgb" else "L")
+            image = image.convert("L" if transforms.color == "grayscale" else "RGB")
     except DECODE_ERRORS as exc:
         raise BadImage(f"image {path} cannot be decoded ({type(exc).__name__}: {exc}); pass a PNG, JPEG or BMP "
                        "file") from exc

@@ -21,9 +21,11 @@ from quantgate.bundle.layout import (
 )
 from quantgate.errors import BadInput, Rejected
 from quantgate.stages.data.outputs import DATASET_FILE, PREPROCESSING
+from quantgate.stages.source.outputs import OUTPUTS as SOURCE_OUTPUTS
 
 # The stages a bundle reads: models (export, quantize, convert), the data record, and the card's evidence.
 STAGES = ("data", "train", "export", "quantize", "convert", "evaluate", "gate")
+SOURCE_STAGE = SOURCE_OUTPUTS.stage  # replaces "train" for a model trained elsewhere
 
 
 class NotPassed(Rejected):
@@ -54,6 +56,11 @@ class VersionSources:
 
     def metrics(self, stage: str) -> dict:
         return self.manifests[stage]["metrics"]
+
+    @property
+    def trained_stage(self) -> str:
+        """"train", or "source" for a model trained elsewhere."""
+        return SOURCE_STAGE if SOURCE_STAGE in self.manifests else "train"
 
     def recorded_sha256(self, stage: str, name: str) -> str:
         return self.manifests[stage]["files"][name]["sha256"]
@@ -154,7 +161,9 @@ def read_sources(store: ArtifactStore, ref: VersionRef) -> VersionSources:
     try:
         record = store.version_record(ref)
         decisions = store.decisions(ref)
-        refs = {stage: store.finalized_stage_ref(ref, stage) for stage in STAGES}
+        # A model trained elsewhere has a source stage where a trained one has its train stage.
+        stages = [SOURCE_STAGE if stage == "train" and record.get(SOURCE_STAGE) else stage for stage in STAGES]
+        refs = {stage: store.finalized_stage_ref(ref, stage) for stage in stages}
         manifests = {stage: store.read_manifest(stage_ref) for stage, stage_ref in refs.items()}
     except ArtifactError as exc:
         raise CannotBundle(f"cannot bundle {label}: {exc}") from exc

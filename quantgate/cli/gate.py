@@ -34,13 +34,15 @@ def register(commands) -> None:
     parser.set_defaults(func=handle)
 
 
-def resolve_policy(base: dict, policy_file: Path | None, overrides: list[str]):
-    """The version's recorded policy, then the YAML file, then --set gate.* overrides; validated.
+def resolve_policy(base: dict, policy_file: Path | None, overrides: list[str], evaluate: dict | None = None):
+    """The version's recorded policy, then the YAML file, then --set gate.* overrides; validated against the
+    version's recorded `evaluate` section (a threshold map must name the runtimes it was evaluated in).
 
     Raises:
         ConfigError: listing every bad field, or an override outside `gate.`.
     """
-    raw = {"gate": dict(base)}
+    runtimes = (evaluate or {}).get("runtimes")
+    raw = {"gate": dict(base), **({"evaluate": {"runtimes": runtimes}} if runtimes else {})}
     if policy_file:
         loaded = read_yaml(policy_file)
         if "gate" in loaded:  # a pipeline config file: only its gate section can apply to a stored version
@@ -75,7 +77,8 @@ def handle(args: argparse.Namespace) -> int:
     store, model = store_and_model(args)
     ref = finished_version(store, model, args.version)
     record = store.version_record(ref)
-    policy = resolve_policy(record.get("config", {}).get("gate", {}), args.policy, args.overrides)
+    config = record.get("config", {})
+    policy = resolve_policy(config.get("gate", {}), args.policy, args.overrides, config.get("evaluate"))
     try:
         evaluated = store.finalized_stage_ref(ref, "evaluate")
         metrics, predictions, stale = gate_evidence(store, evaluated)

@@ -157,6 +157,10 @@ def check_resume(store, config: PipelineConfig, version: str) -> None:
     from quantgate.stages.train.checkpoint_state import CheckpointBytes, read_state, resume_problems
     from quantgate.stages.train.errors import ResumeMismatch
 
+    if config.train.init_from is not None:  # the flow refuses it too; here it fails before Prefect starts
+        from quantgate.flows.warm_start import WarmStartRefused, resume_conflict
+
+        raise WarmStartRefused(config.train.init_from, resume_conflict(version, config.train.init_from))
     try:
         ref = store.latest_checkpoint(store.version(config.model_name, version), "train")
     except (ArtifactNotFound, InvalidName) as exc:
@@ -214,6 +218,12 @@ def training_lines(record: dict) -> list[str]:
     from quantgate.stages.train.outputs import AMP, SCALER
 
     lines = []
+    source = record.get("source")
+    if source:  # a model trained elsewhere
+        origin, spec = source.get("origin", {}), source.get("input", {})
+        lines.append(wrapped(f"  source    {origin.get('path')}: not trained here (training and AMP: not applicable); "
+                             f"input {spec.get('name')} {spec.get('shape')}, {source.get('parameters'):,} parameters, "
+                             f"{len(origin.get('files', {}))} files by sha256"))
     amp = record.get(AMP)
     if amp:
         requested = amp["requested"]

@@ -22,7 +22,7 @@ def handle(args: argparse.Namespace) -> int:
         print(json.dumps([
             {"model": i.model, "version": i.version, "status": i.status, "aliases": list(i.aliases),
              "metrics": i.record.get("metrics", {}), "gate": i.record.get("gate", {}),
-             "runtimes": i.record.get("runtimes", {})}
+             "runtimes": i.record.get("runtimes", {}), "trained_here": not i.record.get("source")}
             for i in infos
         ], indent=2, sort_keys=True))
         return 0
@@ -35,6 +35,9 @@ def handle(args: argparse.Namespace) -> int:
         numbers = [f"{metrics[key]:.2f}" if key in metrics else "-" for key in (FP32_TOP1, INT8_TOP1, ACCURACY_DELTA)]
         print(f"{info.model:<16} {info.version:<8} {info.status:<10} {numbers[0]:>7} {numbers[1]:>7} {numbers[2]:>7}"
               f"  {', '.join(info.aliases)}")
+        source = info.record.get("source")
+        if source:  # say it: the numbers are of a model quantgate did not train
+            print(f"{'':<16} {'':<8} trained elsewhere: {(source.get('origin') or {}).get('path')}")
         runtimes = info.record.get("runtimes") or {}
         if len(runtimes) > 1:  # every listed runtime must pass: show which did, side by side
             cells = " | ".join(runtime_cell(name, entry) for name, entry in runtimes.items())

@@ -19,7 +19,13 @@ from quantgate.stages.data.errors import DataError
 from quantgate.stages.data.file_hashes import FileFacts, HashState, scan_files
 from quantgate.stages.data.file_table import FileRow
 from quantgate.stages.data.image_folders import find_images, output_shape
-from quantgate.stages.data.stratify import SPLIT_NAMES, check_every_class, split_indices, split_with_test_folder
+from quantgate.stages.data.stratify import (
+    SPLIT_NAMES,
+    check_every_class,
+    split_by_class_without_training,
+    split_indices,
+    split_with_test_folder,
+)
 
 SHOWN_BAD_FILES = 10
 
@@ -82,8 +88,30 @@ def _shape(entries: list, config: DataConfig, root: Path) -> tuple[int, ...]:
     return shapes.pop()
 
 
-def plan_image_folders(config: DataConfig, state: HashState | None = None) -> FolderPlan:
+def _named_classes(found: tuple[str, ...], entries: list, config: DataConfig, root: Path):
+    """(classes, entries) with labels as positions in data.class_names when it is set (the folders may cover a
+    subset of the model's classes), else the sorted folder names as found.
+
+    Raises:
+        DataError: a folder is not one of data.class_names.
+    """
+    if config.class_names is None:
+        return found, entries
+    unknown = [name for name in found if name not in config.class_names]
+    if unknown:
+        listed = ", ".join(map(repr, config.class_names[:20])) + (" ..." if len(config.class_names) > 20 else "")
+        raise DataError(f"folder(s) {', '.join(map(repr, unknown))} under {root} are not in data.class_names "
+                        f"({len(config.class_names)} classes: {listed}); rename the folders to the model's class "
+                        "names or add them to data.class_names")
+    position = {name: config.class_names.index(name) for name in found}
+    return tuple(config.class_names), [(path, position[found[label]], fact) for path, label, fact in entries]
+
+
+def plan_image_folders(config: DataConfig, state: HashState | None = None, training: bool = True) -> FolderPlan:
     """Find, hash, check and split the files of `data.path` (and `data.test_path`).
+
+    Without `training` (a model trained elsewhere) nothing is split off for training, and the folders may hold
+    a subset of data.class_names: a classifier is judged on the classes there are images of.
 
     Raises:
         DataError: a folder, class or image is unusable (each named), the folders' classes differ,
@@ -93,25 +121,29 @@ def plan_image_folders(config: DataConfig, state: HashState | None = None) -> Fo
     roots = {"path": Path(config.path).expanduser().resolve()}
     if config.test_path is not None:
         roots["test_path"] = Path(config.test_path).expanduser().resolve()
-    classes, entries, skipped = _scan("path", roots["path"], state, config)
+    found, entries, skipped = _scan("path", roots["path"], state, config)
+    classes, entries = _named_classes(found, entries, config, roots["path"])
     input_shape = _shape(entries, config, roots["path"])
     keys = ["path"] * len(entries)
     labels = np.asarray([label for _, label, _ in entries], dtype=np.int64)
     if config.test_path is None:
-        indices = split_indices(labels, config)
+        indices = split_indices(labels, config) if training else split_by_class_without_training(labels, config)
     else:
-        test_classes, test_entries, test_skipped = _scan("test_path", roots["test_path"], state, config)
-        if test_classes != classes:
-            raise DataError(f"the test folder's classes {list(test_classes)} differ from the training folder's "
-                            f"{list(classes)}; give both folders the same class sub-folders")
+        test_found, test_entries, test_skipped = _scan("test_path", roots["test_path"], state, config)
+        if test_found != found and (training or config.class_names is None):
+            raise DataError(f"the test folder's classes {list(test_found)} differ from the training folder's "
+                            f"{list(found)}; give both folders the same class sub-folders")
+        _, test_entries = _named_classes(test_found, test_entries, config, roots["test_path"])
         test_shape = _shape(test_entries, config, roots["test_path"])
         if test_shape != input_shape:
             raise DataError(f"test images are {test_shape} after pre-processing, training images {input_shape}; "
                             "set data.transforms.resize / center_crop")
-        indices = split_with_test_folder(labels, len(test_entries), config)
+        indices = split_with_test_folder(labels, len(test_entries), config) if training else \
+            split_by_class_without_training(labels, config, len(test_entries))
         entries, keys, skipped = entries + test_entries, keys + ["test_path"] * len(test_entries), skipped + test_skipped
         labels = np.concatenate([labels, [label for _, label, _ in test_entries]]).astype(np.int64)
-    check_every_class(labels, indices, len(classes), config)
+    if training:  # an imported classifier need not see every one of its classes
+        check_every_class(labels, indices, len(classes), config)
     rows = [FileRow(split=name, root=keys[index], file=entries[index][0], label=int(labels[index]),
                     label_name=classes[labels[index]], size=entries[index][2].size,
                     mtime_ns=entries[index][2].mtime_ns, sha256=entries[index][2].sha256)

@@ -60,13 +60,20 @@ def _image_files(folder: str) -> list[str]:
 
 
 def preprocess(image: Image.Image, transforms: TransformsConfig) -> np.ndarray:
-    """resize → center crop → scale to [0, 1] → (x - mean) / std, as float32 CHW."""
+    """resize → center crop → scale to [0, 1] → (x - mean) / std, as float32 CHW (BGR when asked); with
+    `resize_pad`, a text line's resize-and-pad instead (`text_reading.line_pixels`)."""
+    if transforms.resize_pad is not None:
+        from quantgate.stages.data.text_reading import line_pixels  # text_reading imports this module's neighbours
+
+        return line_pixels(image, (1 if transforms.color == "grayscale" else 3, *transforms.resize_pad), transforms)
     if transforms.resize is not None:
         image = vision.resize(image, transforms.resize)
     if transforms.center_crop is not None:
         image = vision.center_crop(image, transforms.center_crop)
     pixels = np.asarray(image, dtype=np.float32) / PIXEL_MAX
     pixels = pixels[None, :, :] if pixels.ndim == 2 else pixels.transpose(2, 0, 1)
+    if transforms.color == "bgr":  # models trained on OpenCV decodes read blue first
+        pixels = pixels[::-1]
     mean = np.asarray(transforms.mean, dtype=np.float32).reshape(-1, 1, 1)
     std = np.asarray(transforms.std, dtype=np.float32).reshape(-1, 1, 1)
     return (pixels - mean) / std
@@ -75,15 +82,23 @@ def preprocess(image: Image.Image, transforms: TransformsConfig) -> np.ndarray:
 def output_shape(width: int, height: int, transforms: TransformsConfig) -> tuple[int, ...]:
     """The (C, H, W) an image of this size has after `transforms`: found by running a blank image of
     that size through `preprocess`, so it is exactly what reading will give."""
-    blank = Image.new("RGB" if transforms.color == "rgb" else "L", (width, height))
+    blank = Image.new("L" if transforms.color == "grayscale" else "RGB", (width, height))
     return tuple(preprocess(blank, transforms).shape)
 
 
 def preprocessing_record(transforms: TransformsConfig, input_shape: tuple[int, ...]) -> dict:
     """What a deployment must do to an image before feeding the model, in order."""
+    if transforms.resize_pad is not None:
+        from quantgate.stages.data.text_reading import text_preprocessing_record
+
+        line = transforms.model_copy(update={"rec_image_shape": tuple(input_shape)})
+        record = text_preprocessing_record(line, "the median of the resized image's last pixel column")
+        record["steps"] = record["steps"][:-1]  # the last step decodes CTC output; a classifier takes argmax
+        record["transforms"] = transforms.model_dump(mode="json")
+        return record
     return {
         "steps": [
-            f"decode and convert to {'RGB' if transforms.color == 'rgb' else 'grayscale (L)'}",
+            f"decode and convert to {'grayscale (L)' if transforms.color == 'grayscale' else transforms.color.upper()}",
             *([f"resize {transforms.resize} (bilinear; one number = shorter side)"] if transforms.resize else []),
             *([f"center crop {transforms.center_crop}"] if transforms.center_crop else []),
             "scale pixels to [0, 1] (divide by 255)",

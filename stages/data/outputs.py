@@ -14,6 +14,7 @@ SAMPLES_CALIBRATION = "samples_calibration"
 SOURCE = "source"  # files on disk: classes or label files, folders, file count and bytes, the table's digest
 NUM_CHARACTERS = "num_characters"  # text recognition: the dictionary's size (num_classes is one more: the blank)
 MAX_TEXT_LENGTH = "max_text_length"  # text recognition: the longest label, in characters
+SPLIT_RULE = "split_rule"  # in words: how the samples went to train / calibration / validation / test
 SKIPPED_LINES = "skipped_lines"  # text lines: each line left out, {"line", "file", "reason"}
 
 OUTPUTS = StageOutputs(
@@ -24,5 +25,5 @@ OUTPUTS = StageOutputs(
     optional_files=(SPLITS_FILE, TABLE_FILE, DICTIONARY_FILE),
     metrics=("dataset", "task", FINGERPRINT, "num_classes", "input_shape", "samples_train", SAMPLES_CALIBRATION,
              "samples_validation", "samples_test", SOURCE, PREPROCESSING, "augmentation", "skipped_images",
-             NUM_CHARACTERS, MAX_TEXT_LENGTH, SKIPPED_LINES, "squeezed_lines"),
+             NUM_CHARACTERS, MAX_TEXT_LENGTH, SKIPPED_LINES, "squeezed_lines", SPLIT_RULE),
 )

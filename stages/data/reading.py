@@ -75,7 +75,7 @@ class FileSplit(RecordedImages):
 
     def prepare(self, index: int):
         row = self.rows[index]
-        image = read_recorded(self.path(index), row, "RGB" if self.transforms.color == "rgb" else "L")
+        image = read_recorded(self.path(index), row, "L" if self.transforms.color == "grayscale" else "RGB")
         if isinstance(image, int):
             return self._failed(index, image)
         if self.augment is not None:

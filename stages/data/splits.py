@@ -17,14 +17,14 @@ from pathlib import Path
 import numpy as np
 from sklearn.datasets import load_digits
 
-from quantgate.config import TEXT_DATASETS, DataConfig, TransformsConfig
+from quantgate.config import FILE_DATASETS, TEXT_DATASETS, DataConfig, TransformsConfig
 from quantgate.stages.data.augment import augmentation_record
 from quantgate.stages.data.errors import DataError
 from quantgate.stages.data.file_table import content_fingerprint, write_table
 from quantgate.stages.data.folder_plan import FolderPlan, plan_image_folders
 from quantgate.stages.data.image_folders import preprocessing_record
-from quantgate.stages.data.outputs import DATASET_FILE, SPLITS_FILE, TABLE_FILE
-from quantgate.stages.data.stratify import SPLIT_NAMES, check_every_class, split_indices
+from quantgate.stages.data.outputs import DATASET_FILE, SPLIT_RULE, SPLITS_FILE, TABLE_FILE
+from quantgate.stages.data.stratify import SPLIT_NAMES, check_every_class, split_indices, split_rule
 from quantgate.stages.data.text_lines import TextPlan, plan_text_lines
 from quantgate.stages.data.text_splits import prepare_digit_strings, prepare_text_lines
 
@@ -117,28 +117,36 @@ def _prepare_folders(config: DataConfig, out_dir: Path, plan: FolderPlan) -> dic
     }
 
 
-def _prepare_text(config: DataConfig, out_dir: Path, plan: TextPlan | None) -> dict:
+def _prepare_text(config: DataConfig, out_dir: Path, plan: TextPlan | None, training: bool) -> dict:
     if config.dataset == "text_lines":
-        spec, metrics = prepare_text_lines(config, out_dir, plan or plan_text_lines(config))
+        spec, metrics = prepare_text_lines(config, out_dir, plan or plan_text_lines(config, training=training))
     else:
         spec, metrics = prepare_digit_strings(config, out_dir)
     _write_spec(out_dir, spec)
     return {"task": spec["task"], **metrics}
 
 
-def prepare_data(config: DataConfig, out_dir: Path, plan: FolderPlan | TextPlan | None = None) -> DataResult:
+def prepare_data(config: DataConfig, out_dir: Path, plan: FolderPlan | TextPlan | None = None,
+                 training: bool = True) -> DataResult:
     """Split `config.dataset` and write what the later stages read (`reading.open_data`): the arrays of
     the built-in digits or digit strings, or the file table of an image folder or text lines (`plan`,
-    scanned here when not given).
+    scanned here when not given). Without `training` (a model trained elsewhere) nothing goes to the
+    train split (`stratify.split_rule`).
 
     Raises:
         DataError: the dataset is unknown; a folder, class or image is unusable; or a split would miss a class.
         BadTextLines (a DataError): a label line, the dictionary or a line image is unusable.
     """
+    if not training and config.dataset not in FILE_DATASETS:
+        raise DataError(f"dataset {config.dataset!r} is built in for models trained here; a trained model is "
+                        "judged on your own files: use data.dataset 'image_folder' or 'text_lines'")
     if config.dataset in TEXT_DATASETS:
-        metrics = _prepare_text(config, out_dir, plan)
+        metrics = _prepare_text(config, out_dir, plan, training)
     elif config.dataset == "image_folder":
-        metrics = {"task": CLASSIFICATION, **_prepare_folders(config, out_dir, plan or plan_image_folders(config))}
+        plan = plan or plan_image_folders(config, training=training)
+        metrics = {"task": CLASSIFICATION, **_prepare_folders(config, out_dir, plan)}
     else:
         metrics = {"task": CLASSIFICATION, **_prepare_arrays(config, out_dir)}
-    return DataResult(metrics={"dataset": config.dataset, **metrics})
+    separate_test = bool(config.test_path or config.test_label_file)
+    return DataResult(metrics={"dataset": config.dataset, **metrics,
+                               SPLIT_RULE: split_rule(config, training, separate_test)})

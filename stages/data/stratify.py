@@ -65,6 +65,27 @@ def split_with_test_folder(labels: np.ndarray, test_count: int, config: DataConf
             "test": np.arange(test_count) + len(labels)}
 
 
+def split_by_class_without_training(labels: np.ndarray, config: DataConfig, test_count: int = 0) -> dict[str, np.ndarray]:
+    """Stratified calibration / validation / test indices when nothing trains (a model trained elsewhere): the
+    test split (or the `test_count` samples of a test folder, numbered after `labels`'s), validation, and the
+    rest calibrates; train stays empty."""
+    everything = np.arange(len(labels))
+    if test_count:
+        rest, test = everything, np.arange(test_count) + len(labels)
+    else:
+        rest, test = stratified(everything, labels, config.test_fraction, config.seed, "test")
+    if config.validation_fraction:
+        share = config.validation_fraction * (len(labels) + test_count) / len(rest)
+        if share >= 1:
+            raise DataError(f"data.validation_fraction={config.validation_fraction} leaves no calibration images; "
+                            "lower it")
+        calibration, validation = stratified(rest, labels, share, config.seed, "validation")
+    else:
+        calibration, validation = rest, np.array([], dtype=rest.dtype)
+    return {"train": np.zeros(0, np.int64), "calibration": np.sort(calibration), "validation": np.sort(validation),
+            "test": np.sort(test)}
+
+
 def check_every_class(labels: np.ndarray, indices: dict[str, np.ndarray], num_classes: int,
                       config: DataConfig) -> None:
     """Raises DataError when a split (other than an empty validation split) misses a class."""
@@ -83,14 +104,48 @@ def _take(indices: np.ndarray, share: float, seed: int) -> tuple[np.ndarray, np.
     return indices[order[held:]], indices[order[:held]]
 
 
-def plain_split(count: int, config: DataConfig, test_count: int = 0) -> dict[str, np.ndarray]:
+def _split_without_training(count: int, config: DataConfig, test_count: int) -> dict[str, np.ndarray]:
+    """calibration / validation / test of `count` (+ `test_count`) samples when nothing trains."""
+    everything = np.arange(count)
+    if test_count:
+        rest, test = everything, np.arange(test_count) + count
+    else:
+        rest, test = _take(everything, config.test_fraction, config.seed)
+    share = config.validation_fraction * (count + test_count) / max(len(rest), 1)
+    calibration, validation = _take(rest, min(share, 1.0), config.seed + 2)
+    indices = {"train": np.zeros(0, np.int64), "calibration": calibration, "validation": validation, "test": test}
+    for name in ("calibration", "test"):
+        if not len(indices[name]):
+            raise DataError(f"the {name} split of {count + test_count} samples would be empty; add samples or "
+                            f"lower data.validation_fraction / data.test_fraction")
+    return {name: np.sort(indices[name]) for name in SPLIT_NAMES}
+
+
+def split_rule(config: DataConfig, training: bool, separate_test: bool) -> str:
+    """In words, how the data was split into train / calibration / validation / test (for the data record)."""
+    validation = f"validation {config.validation_fraction:.0%} of all samples"
+    if training:
+        test = "test: the separate test file/folder" if separate_test else f"test {config.test_fraction:.0%}"
+        return (f"{test}, calibration {config.calibration_fraction:.0%}, {validation} (taken from training), "
+                "train: the rest")
+    test = "test: the separate test file/folder" if separate_test else f"test {config.test_fraction:.0%}"
+    return (f"nothing is trained (trained_model): {test}, {validation}, calibration: the rest; "
+            "train: none (data.calibration_fraction does not apply)")
+
+
+def plain_split(count: int, config: DataConfig, test_count: int = 0, training: bool = True) -> dict[str, np.ndarray]:
     """Seeded split of `count` samples that have no classes (text lines); when `test_count` > 0 the test split
     is those samples, numbered after the `count` others, and only calibration and validation are taken here.
     The shares are those of `split_indices`: validation is a share of all samples, taken from training.
 
+    Without `training` (a model trained elsewhere) the train split stays empty: what is not test or validation
+    calibrates.
+
     Raises:
         DataError: a split (other than validation with validation_fraction 0) would be empty.
     """
+    if not training:
+        return _split_without_training(count, config, test_count)
     everything = np.arange(count)
     if test_count:
         test = np.arange(test_count) + count

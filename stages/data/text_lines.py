@@ -120,7 +120,19 @@ def _leave_out(found: dict[LabelLine, list[str]], dictionary: str, config: DataC
             for line, chars in found.items()]
 
 
-def plan_text_lines(config: DataConfig, state: HashState | None = None) -> TextPlan:
+def with_space(characters: tuple[str, ...], source: str) -> tuple[str, ...]:
+    """The dictionary with a space as its last character, as PaddleOCR's `use_space_char` adds it.
+
+    Raises:
+        BadTextLines: the dictionary already holds a space (PaddleOCR would then have two).
+    """
+    if " " in characters:
+        raise BadTextLines(f"data.character_dict {source} already holds a space (line {characters.index(' ') + 1}) "
+                           "and data.use_space_char adds another; set data.use_space_char: false")
+    return (*characters, " ")
+
+
+def plan_text_lines(config: DataConfig, state: HashState | None = None, training: bool = True) -> TextPlan:
     """Read and check the label file(s) and dictionary, hash and check every image, split the lines.
 
     Raises:
@@ -141,6 +153,9 @@ def plan_text_lines(config: DataConfig, state: HashState | None = None) -> TextP
     if config.character_dict:
         characters, dictionary = read_dictionary(Path(config.character_dict).expanduser()), \
             f"data.character_dict {config.character_dict}"
+        if config.use_space_char:
+            characters = with_space(characters, config.character_dict)
+            dictionary += " and a space (data.use_space_char)"
         for key, lines in read.items():  # checked before any image is hashed: the cheap mistakes first
             unknown = unknown_characters(lines, characters)
             skipped += _leave_out(unknown, dictionary, config)
@@ -152,7 +167,7 @@ def plan_text_lines(config: DataConfig, state: HashState | None = None) -> TextP
     usable = dict(entries)
     main, test = ([(line, usable[line]) for line in read.get(key, []) if line in usable]
                   for key in ("label_file", "test_label_file"))
-    indices = plain_split(len(main), config, test_count=len(test))
+    indices = plain_split(len(main), config, test_count=len(test), training=training)
     ordered = main + test
     chosen = {name: [ordered[index] for index in indices[name]] for name in SPLIT_NAMES}
     if not characters:
@@ -164,7 +179,7 @@ def plan_text_lines(config: DataConfig, state: HashState | None = None) -> TextP
     rows = [FileRow(split=name, root="path", file=line.file, label=line.number, label_name=line.text,
                     size=fact.size, mtime_ns=fact.mtime_ns, sha256=fact.sha256)
             for name in SPLIT_NAMES for line, fact in chosen[name]]
-    for name in ("train", "calibration", "test"):
+    for name in ("train", "calibration", "test") if training else ("calibration", "test"):
         if not chosen[name]:
             raise BadTextLines(f"the {name} split has no line left once {len(skipped)} unusable line(s) are "
                                f"skipped (e.g. {skipped[0]['line'] if skipped else '-'}); add lines or fix those")

@@ -43,6 +43,12 @@ def line_pixels(image: Image.Image, shape: tuple[int, int, int], transforms: Tra
     resized = min(width, resized_width(image.width, image.height, height))
     pixels = np.asarray(image.resize((resized, height), Image.BILINEAR), dtype=np.float32) / PIXEL_MAX
     pixels = pixels[None, :, :] if pixels.ndim == 2 else pixels.transpose(2, 0, 1)
+    if transforms.color == "bgr":  # models trained on OpenCV decodes (PaddleOCR) read blue first
+        pixels = pixels[::-1]
+    if transforms.line_padding == "zero":  # PaddleOCR's resize_norm_img: normalize the line, then pad with 0
+        canvas = np.zeros((channels, height, width), np.float32)
+        canvas[:, :, :resized] = normalized(pixels, transforms)
+        return canvas
     canvas = np.empty((channels, height, width), np.float32)
     canvas[:] = np.median(pixels[:, :, -1], axis=1)[:, None, None]
     canvas[:, :, :resized] = pixels
@@ -102,14 +108,16 @@ class TextLineSplit(RecordedImages):
 def text_preprocessing_record(transforms: TransformsConfig, background: str) -> dict:
     """What a deployment must do to a line image before feeding the recognizer, in order."""
     channels, height, width = transforms.rec_image_shape
+    normalize = f"normalize (x - mean) / std with mean={list(transforms.mean)} std={list(transforms.std)}"
+    pad = [normalize, f"pad on the right to width {width} with zeros"] if transforms.line_padding == "zero" else \
+        [f"pad on the right to width {width} with {background}", normalize]
     return {
         "steps": [
-            f"decode and convert to {'grayscale (L)' if channels == 1 else 'RGB'}",
+            f"decode and convert to {'grayscale (L)' if channels == 1 else transforms.color.upper()}",
             f"resize to height {height} keeping the aspect ratio: width ceil({height} * w / h), at most {width} "
             "(bilinear, PIL)",
             "scale pixels to [0, 1] (divide by 255)",
-            f"pad on the right to width {width} with {background}",
-            f"normalize (x - mean) / std with mean={list(transforms.mean)} std={list(transforms.std)}",
+            *pad,
             "layout NCHW float32",
             "decode the [N, T, C] output greedily: argmax per step, merge repeats, drop index 0 (the CTC blank); "
             "index i > 0 is line i of characters.txt",

@@ -41,9 +41,11 @@ def write_dictionary(out_dir: Path, characters: tuple[str, ...]) -> None:
 
 
 def line_transforms(config: DataConfig) -> TransformsConfig:
-    """The transforms as applied to text lines: the colour follows rec_image_shape's C (1 grayscale, 3 RGB)."""
-    channels = config.transforms.rec_image_shape[0]
-    return config.transforms.model_copy(update={"color": "grayscale" if channels == 1 else "rgb"})
+    """The transforms as applied to text lines: the colour follows rec_image_shape's C (1 grayscale, 3 RGB or,
+    when set, BGR)."""
+    channels, color = config.transforms.rec_image_shape[0], config.transforms.color
+    return config.transforms.model_copy(update={"color": "grayscale" if channels == 1 else
+                                                ("bgr" if color == "bgr" else "rgb")})
 
 
 def _text_spec(config: DataConfig, characters: tuple[str, ...], max_text_length: int, kind: str) -> dict:

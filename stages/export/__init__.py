@@ -5,4 +5,5 @@ from quantgate.stages.shared.lazy import lazy_exports
 
 __getattr__, __all__ = lazy_exports(__name__, {
     "ExportMismatch": "inference_model", "ExportResult": "inference_model", "export": "inference_model",
+    "export_program": "program",
 })

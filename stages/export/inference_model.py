@@ -30,7 +30,7 @@ class ExportResult:
     metrics: dict
 
 
-def _require_legacy_format() -> None:
+def require_legacy_format() -> None:
     if paddle.framework.use_pir_api():
         raise ExportMismatch(
             "Paddle is in PIR mode, which PaddleSlim cannot quantize; import quantgate before paddle "
@@ -51,7 +51,7 @@ def export(
             differ from the trained model's float32 outputs by more than 1e-4.
         ModelError: the weights do not fit `architecture` (another network, or another neck).
     """
-    _require_legacy_format()
+    require_legacy_format()
     data = open_data(data_dir)
     with np.load(weights_path, allow_pickle=False) as stored:
         weights = {name: stored[name] for name in stored.files}

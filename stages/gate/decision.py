@@ -146,9 +146,8 @@ def _regression(policy: GatePolicy, int8: float | None, release: ReleaseBaseline
                       f"vs release {release.version} (INT8 {release.int8_top1_pct:.2f} %{other})")
 
 
-def _interval(policy: GatePolicy, interval: DeltaInterval | None, name: str = "delta_ci95_low_pts",
-              missing: str = "") -> Criterion:
-    threshold = 0.0 - policy.max_accuracy_drop  # 0.0 - x: never "-0"
+def _interval(policy: GatePolicy, runtime: str, interval: DeltaInterval | None, name: str, missing: str) -> Criterion:
+    threshold = 0.0 - policy.threshold("max_accuracy_drop", runtime)  # 0.0 - x: never "-0"
     low = None if interval is None else interval.low_pts
     if not policy.require_ci_within_drop:
         return _not_applicable(name, threshold, ">=", "pts", "informational: gate.require_ci_within_drop is false",
@@ -179,15 +178,33 @@ def _search(search: dict) -> Criterion:
     return Criterion("search_validation", 1.0 if passed else 0.0, 1, ">=", "passed", passed, note=note)
 
 
+def _unnamed_note(policy: GatePolicy, field_name: str, runtime: str) -> str:
+    """The note of a criterion judged by the strictest value of a map that does not name `runtime`: the
+    INT8 search judges its candidates in onnxruntime whether evaluate.runtimes lists it or not."""
+    if not policy.unnamed_runtimes((runtime,)).get(field_name):
+        return ""
+    return f"gate.{field_name} names no {runtime}: its strictest value applies"
+
+
+def _joined(*notes: str) -> str:
+    return "; ".join(note for note in notes if note)
+
+
 def _runtime_criteria(policy: GatePolicy, runtime: str, primary: str, metrics: dict | None,
                       interval: DeltaInterval | None, text: bool = False) -> dict[str, Criterion]:
-    """The criteria every runtime is judged by, named for `runtime`; all fail closed without its metrics.
+    """The criteria every runtime is judged by, named for `runtime`, each against `runtime`'s threshold (a
+    policy field may be a map by runtime); all fail closed without its metrics.
 
     The accuracy criteria read top-1 or, for text recognition (`text`), line accuracy (stored under the
     same keys); text adds the rise of the character error rate, which classification has no criterion for.
     """
     def name(base: str) -> str:
         return criterion_name(runtime, primary, base)
+
+    def judged(base: str, measured_value: float | None, field_name: str, comparison: str, unit: str,
+               note: str = "") -> Criterion:
+        return _criterion(name(base), measured_value, policy.threshold(field_name, runtime), comparison, unit,
+                          _joined(note, _unnamed_note(policy, field_name, runtime)))
 
     missing = "" if metrics is not None else (f"the evaluation has no metrics for {runtime}, "
                                              "which evaluate.runtimes lists")
@@ -196,19 +213,17 @@ def _runtime_criteria(policy: GatePolicy, runtime: str, primary: str, metrics: d
     drop = None if fp32 is None or int8 is None else fp32 - int8
     forms = ("" if runtime == primary or not measured.get(INT8_MODEL) else
              f"{measured.get(LIBRARY, runtime)}: {measured.get(INT8_MODEL)} vs {measured.get(FP32_MODEL, 'FP32')}")
-    cer = {} if not text else {CER_INCREASE: _criterion(
-        name(CER_INCREASE), _number(measured, CER_INCREASE), policy.max_cer_increase_pts, "<=", "pts",
+    cer = {} if not text else {CER_INCREASE: judged(
+        CER_INCREASE, _number(measured, CER_INCREASE), "max_cer_increase_pts", "<=", "pts",
         missing or _cer_note(measured))}
     return {
-        "accuracy_drop_pts": _criterion(name("accuracy_drop_pts"), drop, policy.max_accuracy_drop, "<=", "pts",
-                                        missing or forms),
+        "accuracy_drop_pts": judged("accuracy_drop_pts", drop, "max_accuracy_drop", "<=", "pts", missing or forms),
         **cer,
-        "agreement": _criterion(name("agreement"), _number(measured, "agreement"), policy.min_agreement, ">=",
-                                "fraction", missing),
-        "int8_top1_pct": _criterion(name("int8_top1_pct"), int8, policy.min_int8_accuracy, ">=", "%", missing),
-        "delta_ci95_low_pts": _interval(policy, interval, name("delta_ci95_low_pts"), missing),
-        "speedup": _criterion(name("speedup"), _number(measured, "speedup_int8_vs_fp32"), policy.min_speedup, ">=",
-                              "x", missing or _speedup_note(measured)),
+        "agreement": judged("agreement", _number(measured, "agreement"), "min_agreement", ">=", "fraction", missing),
+        "int8_top1_pct": judged("int8_top1_pct", int8, "min_int8_accuracy", ">=", "%", missing),
+        "delta_ci95_low_pts": _interval(policy, runtime, interval, name("delta_ci95_low_pts"), missing),
+        "speedup": judged("speedup", _number(measured, "speedup_int8_vs_fp32"), "min_speedup", ">=", "x",
+                          missing or _speedup_note(measured)),
     }
 
 
@@ -237,9 +252,10 @@ def decide(policy: GatePolicy, metrics: dict, interval: DeltaInterval | None = N
     and, when the INT8 model came from a search (`search`: its summary), to the search's verdict.
 
     Every runtime in `runtimes` (evaluate.runtimes; default: those the metrics hold, else onnxruntime) is
-    judged by the same criteria; the primary runtime's keep their plain names and are the only ones
-    compared with the release. `interval` is the primary runtime's, `intervals` any runtime's. The
-    metrics' "task" decides what is judged: text recognition adds cer_increase_pts per runtime.
+    judged by the same criteria, each against that runtime's threshold (a policy field may be a map by
+    runtime); the primary runtime's keep their plain names and are the only ones compared with the release.
+    `interval` is the primary runtime's, `intervals` any runtime's. The metrics' "task" decides what is
+    judged: text recognition adds cer_increase_pts per runtime.
     """
     listed, primary = judged_runtimes(metrics, runtimes)
     intervals = {**(intervals or {}), **({primary: interval} if interval is not None else {})}

@@ -153,7 +153,27 @@ def _scaler_lines(scaler: dict | None) -> list[str]:
             f"{'' if scaler.get('scaler_enabled') else ' (GradScaler disabled on this device)'}"]
 
 
+def _source_lines(source: dict) -> list[str]:
+    """A model trained elsewhere: where it came from, what it is; no training, no AMP in this run."""
+    origin, spec, output = source.get("origin", {}), source.get("input", {}), source.get("output", {})
+    files = ", ".join(f"{name} ({_num(item.get('bytes'), ',')} bytes, sha256 {item.get('sha256', '')[:12]}…)"
+                      for name, item in origin.get("files", {}).items())
+    top_ops = sorted(source.get("op_histogram", {}).items(), key=lambda item: -item[1])[:8]
+    return [
+        "## Model: trained elsewhere (not trained here)",
+        "",
+        f"- imported from `{origin.get('path', 'n/a')}` ({origin.get('format', 'n/a')}): {files}",
+        f"- input `{spec.get('name')}` {spec.get('dtype')} {spec.get('shape')}; output `{output.get('name')}` "
+        f"{output.get('shape')} ({output.get('kind')}, {output.get('measured_shape')} on one sample)",
+        f"- {_num(source.get('parameters'), ',')} parameters in {source.get('parameter_tensors', 'n/a')} tensors; "
+        "ops: " + ", ".join(f"{op} {count}" for op, count in top_ops),
+        "- training and AMP: not applicable (this run quantized and gated the model as it was given)",
+    ]
+
+
 def _training_lines(train_metrics: dict) -> list[str]:
+    if train_metrics.get("trained_here") is False:
+        return _source_lines(train_metrics)
     amp = train_metrics.get("amp", {})
     requested = amp.get("requested", {})
     return [
@@ -190,10 +210,11 @@ def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metri
     return "\n".join(lines) + "\n"
 
 
-def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict, steps_csv: Path,
+def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict, steps_csv: Path | None,
            where: dict[str, str], out_dir: Path, search: dict | None = None, *, data_dir: Path,
            evaluate_dir: Path) -> ReportResult:
-    """Write report.md and its pictures into `out_dir`: training.png; per_class.png and confusion.png for
+    """Write report.md and its pictures into `out_dir`: training.png (`steps_csv` None: a model trained
+    elsewhere, whose `train_metrics` are the source stage's); per_class.png and confusion.png for
     classification; disagreements.png when INT8 and FP32 disagree on a test sample; runtimes.png for
     several runtimes. `data_dir` and `evaluate_dir` are the data and evaluate stages' folders.
 
@@ -206,11 +227,13 @@ def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict,
     out_dir = Path(out_dir)
     data = open_data(Path(data_dir))
     predictions = read_predictions(Path(evaluate_dir) / PREDICTIONS_FILE, data.references(TEST_SPLIT))
-    training_plot(Path(steps_csv), out_dir / TRAINING_PLOT, f"{title}: training loss and loss scale")
+    trained = steps_csv is not None  # None: a model trained elsewhere (train_metrics are the source stage's)
+    if trained:
+        training_plot(Path(steps_csv), out_dir / TRAINING_PLOT, f"{title}: training loss and loss scale")
     task = task_of(data.spec)
     sections = (text_sections if task.name == TEXT_RECOGNITION else classification_sections)(
         data, predictions, evaluation, out_dir, title)
-    plots = [TRAINING_PLOT, *sections.plots]
+    plots = [*([TRAINING_PLOT] if trained else []), *sections.plots]
     latency = latency_by_runtime(evaluation, gate_record)
     if len(latency) > 1:
         runtimes_plot(latency, out_dir / RUNTIMES_PLOT, f"{title}: median latency per runtime")

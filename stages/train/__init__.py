@@ -6,5 +6,5 @@ from quantgate.stages.train.outputs import OUTPUTS as OUTPUTS
 __getattr__, __all__ = lazy_exports(__name__, {
     "DistributedTrainingFailed": "errors", "ModelError": "errors", "RankDataMismatch": "errors",
     "ResumeMismatch": "errors", "TooManySkippedSteps": "errors", "TrainingDiverged": "errors", "TrainResult": "loop",
-    "train": "loop",
+    "train": "loop", "InitWeights": "warm_start", "WarmStartMismatch": "errors", "read_state_dict": "warm_start",
 })

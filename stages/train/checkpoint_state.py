@@ -51,6 +51,9 @@ CHECKPOINT_FILES = frozenset({STATE_FILE, STEPS_FILE, WEIGHTS_FILE, *PARTS.value
 STATE_FORMAT = 3
 # Settings that may differ between the checkpointed run and the one that continues it.
 RESUMABLE_CHANGES = ("epochs",)
+# Not compared: a checkpoint already holds the weights its run started from, and --resume refuses
+# train.init_from (older checkpoints do not record these settings at all).
+WARM_START_SETTINGS = ("init_from", "init_allow_pickle", "init_strict")
 SEPARATOR = "|"
 FRESH_RUN_HINT = "resume from another version's checkpoint or start a fresh run"
 
@@ -176,7 +179,8 @@ def resume_problems(state: dict, config: TrainConfig) -> list[str]:
     problems = [
         f"train.{key}: the checkpoint was trained with {saved.get(key)!r}, this run asks for {wanted[key]!r}; "
         f"resume with the checkpoint's value (only {', '.join(RESUMABLE_CHANGES)} may change)"
-        for key in sorted(wanted) if key not in RESUMABLE_CHANGES and saved.get(key) != wanted[key]
+        for key in sorted(wanted)
+        if key not in RESUMABLE_CHANGES + WARM_START_SETTINGS and saved.get(key) != wanted[key]
     ]
     if state["epoch"] >= config.epochs:
         problems.append(

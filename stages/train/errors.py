@@ -26,3 +26,7 @@ class ResumeMismatch(StageError, BadInput):
 
 class RankDataMismatch(StageError, BadInput):
     """A rank of a multi-process run reads other data than the process that launched it."""
+
+
+class WarmStartMismatch(StageError, BadInput):
+    """The weights of train.init_from cannot be read without running code, or do not fit the model built here."""

@@ -31,7 +31,7 @@ from quantgate.stages.train.checkpoint_state import (
     load_training_state,
     save_training_state,
 )
-from quantgate.stages.train.errors import ResumeMismatch, TrainingDiverged
+from quantgate.stages.train.errors import ResumeMismatch, TrainingDiverged, WarmStartMismatch
 from quantgate.stages.train.grad_step import BufferSnapshot, StepOutcome, apply_update
 from quantgate.stages.train.losses import TaskLoss, loss_for
 from quantgate.stages.train.models import DEFAULT_NECK, RECOGNIZER, build_model, check_text_outputs, load_weights
@@ -39,6 +39,7 @@ from quantgate.stages.train.op_precision import op_precision_record, operator_st
 from quantgate.stages.train.outputs import (
     AUGMENTATION,
     DATA_LOADER,
+    INIT_FROM,
     NECK,
     OP_PRECISION_FILE,
     REFERENCE_LOGITS_FILE,
@@ -49,6 +50,7 @@ from quantgate.stages.train.outputs import (
 )
 from quantgate.stages.train.scalars import write_visualdl_scalars
 from quantgate.stages.train.scaler_accounting import STEP_COLUMNS, ScalerAccounting
+from quantgate.stages.train.warm_start import InitWeights, start_from
 
 ARCHITECTURE = "digits_cnn"  # the default of train.architecture
 REFERENCE_BATCH = 256  # test images per forward pass of the reference logits
@@ -161,7 +163,8 @@ def checkpoint_name(epoch: int) -> str:
 
 
 def train(config: TrainConfig, data_dir: Path, out_dir: Path, checkpoints: CheckpointSink | None = None,
-          resume_from: CheckpointBytes | None = None, num_workers: int = 0) -> TrainResult:
+          resume_from: CheckpointBytes | None = None, num_workers: int = 0,
+          init_weights: InitWeights | None = None) -> TrainResult:
     """Train `config.architecture` on the train split of the data stage's folder `data_dir` and write float32
     weights (parameters and buffers such as BatchNorm statistics), per-step records and reference logits.
     The loss is the data's task's (`losses.loss_for`): cross-entropy, or CTC in float32 for text recognition.
@@ -172,13 +175,17 @@ def train(config: TrainConfig, data_dir: Path, out_dir: Path, checkpoints: Check
     With `checkpoints`, the full training state is saved after every epoch (no pickle: .npz, JSON,
     CSV); with `resume_from` (the bytes of a checkpoint the caller has verified, as read for the
     check), training continues after that checkpoint's epoch and ends with the same weights as an
-    uninterrupted run.
+    uninterrupted run. With `init_weights` (train.init_from, read by the caller), training starts from
+    those weights instead of freshly initialised ones (see warm_start); the manifest's `init_from` says
+    which keys, if any, started fresh.
 
     Raises:
         TrainingDiverged: the loss stayed non-finite for `max_nonfinite_steps` steps, or weights end non-finite.
         TooManySkippedSteps: more steps were skipped for inf/NaN gradients than `amp.max_skipped_ratio` allows.
         ResumeMismatch: `resume_from` was made with other settings or data, holds every epoch already,
-            or is not a checkpoint this quantgate writes.
+            or is not a checkpoint this quantgate writes; or it is given together with `init_weights`.
+        WarmStartMismatch: `init_weights` do not fit the model (strict: any key missing, unexpected or
+            mis-shaped; otherwise: no key fits), or are given with `config.nproc` > 1.
         ModelError: the architecture cannot be built, or a text recognizer does not return [N, T, classes]
             logits with a frame per label character.
         DataError: `data_dir` is not a data stage's folder.
@@ -186,6 +193,12 @@ def train(config: TrainConfig, data_dir: Path, out_dir: Path, checkpoints: Check
         DistributedTrainingFailed: a rank failed, or the ranks ended with different weights.
         RankDataMismatch: a rank read other data than this process.
     """
+    if resume_from is not None and init_weights is not None:
+        raise ResumeMismatch("a resumed run continues its checkpoint's weights, a warm start begins from "
+                             "train.init_from's: pick one (drop --resume, or unset train.init_from)")
+    if config.nproc > 1 and init_weights is not None:
+        raise WarmStartMismatch(f"train.init_from warm-starts single-process training only (train.nproc="
+                                f"{config.nproc}); set train.nproc: 1")
     if config.nproc > 1:
         from quantgate.stages.train.distributed import train_data_parallel
 
@@ -193,7 +206,7 @@ def train(config: TrainConfig, data_dir: Path, out_dir: Path, checkpoints: Check
             raise ResumeMismatch(f"train.nproc={config.nproc}: resuming continues single-process training only; "
                                  "resume with train.nproc=1")
         return train_data_parallel(config, data_dir, out_dir, num_workers)  # no per-epoch checkpoints
-    run = _set_up(config, open_data(data_dir), resume_from, num_workers)
+    run = _set_up(config, open_data(data_dir), resume_from, num_workers, init_weights)
     epochs = _run_epochs(run, checkpoints)
     weights_source, record = _write_outputs(run, epochs, Path(out_dir))
     return TrainResult(WEIGHTS_FILE, STEPS_FILE, REFERENCE_LOGITS_FILE, _metrics(run, epochs, record, weights_source))
@@ -217,6 +230,7 @@ class _TrainingRun:
     steps_per_epoch: int
     start_epoch: int
     loss: TaskLoss
+    init_record: dict | None  # what a warm start loaded (None: a cold start or a resumed run)
 
 
 @dataclass(frozen=True)
@@ -230,12 +244,15 @@ class _EpochsRun:
 
 
 def _set_up(config: TrainConfig, data: StoredData, resume_from: CheckpointBytes | None,
-            num_workers: int) -> _TrainingRun:
-    """Seed, build the model, optimizer and loss scaler, and restore `resume_from`'s state if given."""
+            num_workers: int, init_weights: InitWeights | None = None) -> _TrainingRun:
+    """Seed, build the model (from `init_weights` if given), optimizer and loss scaler, and restore
+    `resume_from`'s state if given."""
     paddle.seed(config.seed)
     rng = np.random.RandomState(config.seed)
     loss = loss_for(data.spec)
     model = build_training_model(config, data, loss)
+    # Before O2 casts the parameters: the optimizer's float32 master weights are taken from these.
+    init_record = start_from(model, init_weights, config.architecture) if init_weights is not None else None
     optimizer = paddle.optimizer.Adam(learning_rate=config.learning_rate, parameters=model.parameters())
     model, optimizer = amp.decorate(model, optimizer, config.amp)
     scaler = amp.grad_scaler(config.amp)
@@ -251,7 +268,7 @@ def _set_up(config: TrainConfig, data: StoredData, resume_from: CheckpointBytes 
     probe = amp.OutputDtypeProbe(model)
     model.train()
     return _TrainingRun(config, data, num_workers, model, optimizer, scaler, rng, watch, accounting, trainable,
-                        probe, steps_per_epoch, start_epoch, loss)
+                        probe, steps_per_epoch, start_epoch, loss, init_record)
 
 
 def _train_step(
@@ -351,6 +368,7 @@ def _metrics(run: _TrainingRun, epochs: _EpochsRun, record: amp.AmpRecord, weigh
         "scaler": run.accounting.summary(amp.loss_scale(scaler)),
         "resumed_from_epoch": run.start_epoch or None,
         "epochs_trained_in_this_run": trained_epochs,
+        INIT_FROM: run.init_record,
         "amp": {**record.as_dict(), "weights_source": weights_source},
         **data_records(data, run.num_workers),
     }

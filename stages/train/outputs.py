@@ -17,6 +17,7 @@ SCALER = "scaler"
 DATA_LOADER = "data_loader"  # DataLoader workers, and whether the images were read from disk
 AUGMENTATION = "augmentation"  # the data stage's training augmentation, as applied
 DISTRIBUTED = "distributed"  # multi-process runs: world size, backend, each rank's weights digest
+INIT_FROM = "init_from"  # train.init_from: where the starting weights came from and which keys started fresh
 
 OUTPUTS = StageOutputs(
     stage="train",
@@ -25,5 +26,5 @@ OUTPUTS = StageOutputs(
     optional_files=(LAUNCH_DIR,),
     metrics=(ARCHITECTURE, TASK, NECK, "num_classes", "input_shape", "steps", "final_epoch_loss_mean",
              "train_seconds", "samples_per_second", "loss_scale_final", SCALER, "resumed_from_epoch",
-             "epochs_trained_in_this_run", AMP, DATA_LOADER, AUGMENTATION, DISTRIBUTED),
+             "epochs_trained_in_this_run", AMP, DATA_LOADER, AUGMENTATION, DISTRIBUTED, INIT_FROM),
 )

@@ -1,12 +1,13 @@
 """The gate judges every listed runtime by the same policy; the version passes only if every one does."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from quantgate.artifacts import ArtifactStore
-from quantgate.config import GatePolicy
+from quantgate.config import GatePolicy, validate_config
 from quantgate.flows.evidence import baseline_of, gate_evidence
 from quantgate.stages.evaluate.outputs import HEADLINE_METRICS
 from quantgate.stages.gate.decision import Criterion, ReleaseBaseline, decide, gate
@@ -226,3 +227,101 @@ def test_deciding_a_stored_version_again_judges_every_runtime_it_was_evaluated_i
     assert "  runtimes  onnxruntime passed | openvino FAILED" in out
     assert main(["gate", ref.version, "--store", str(store.root), "--set", "gate.min_speedup=0.5"]) == 0
     assert "  runtimes  onnxruntime passed | openvino passed" in capsys.readouterr().out
+
+
+# PP-OCRv4 rec in Paddle Inference's oneDNN INT8, by hand: 2 pts of lines lost, slower than FP32 at batch 1.
+PADDLE_SLOWER = {**ORT, "fp32_top1_pct": 100.0, "int8_top1_pct": 98.0, "accuracy_delta_pts": -2.0, "agreement": 0.98,
+                 "latency_ms_p50_fp32": 12.0, "latency_ms_p50_int8": 13.5, "speedup_int8_vs_fp32": 12.0 / 13.5,
+                 "library": "paddle_inference 3.0.0", "int8_model": "PaddleSlim program",
+                 "predictions_file": "predictions_paddle_inference.npz"}
+BOTH = ("onnxruntime", "paddle_inference")
+
+
+def policy_for(runtimes: tuple[str, ...], **gate) -> GatePolicy:
+    """The gate section of a whole config, so a map is checked against evaluate.runtimes as in a run."""
+    return validate_config({"evaluate": {"runtimes": list(runtimes)}, "gate": gate}).gate
+
+
+def test_a_runtime_kept_for_information_may_be_slower_while_onnxruntime_is_still_gated_on_speed():
+    policy = policy_for(BOTH, min_speedup={"onnxruntime": 1, "paddle_inference": 0}, max_accuracy_drop=2.5)
+    decision = decide(policy, evaluation(paddle_inference=PADDLE_SLOWER), runtimes=BOTH)
+    assert decision.passed and decision.runtimes["paddle_inference"]["passed"]
+    assert by_name(decision)["paddle_inference.speedup"].describe() == (
+        "paddle_inference.speedup = 0.8889 x (must be >= 0) ok: median 12 ms FP32 / 13.5 ms INT8 per call")
+    assert by_name(decision)["speedup"].threshold == 1.0
+
+    slower_everywhere = evaluation(paddle_inference=PADDLE_SLOWER)
+    slower_everywhere.update(speedup_int8_vs_fp32=0.8)
+    slower_everywhere["runtimes"]["onnxruntime"]["speedup_int8_vs_fp32"] = 0.8
+    failed = decide(policy, slower_everywhere, runtimes=BOTH)
+    assert [c.describe() for c in failed.failed] == ["speedup = 0.8 x (must be >= 1) FAILED: median 2 ms FP32 / 1 ms "
+                                                     "INT8 per call"]
+    # The same numbers under today's single threshold fail paddle_inference on speed.
+    single = decide(GatePolicy(max_accuracy_drop=2.5), evaluation(paddle_inference=PADDLE_SLOWER), runtimes=BOTH)
+    assert [c.name for c in single.failed] == ["paddle_inference.speedup"]
+
+
+def test_every_per_runtime_threshold_may_differ_by_runtime_and_the_interval_follows_the_drop():
+    metrics = evaluation(paddle_inference=PADDLE_TOO_LOSSY)  # 3.5 pts lost, agreement 0.95
+    policy = policy_for(BOTH, max_accuracy_drop={"onnxruntime": 1, "paddle_inference": 4},
+                        min_agreement={"onnxruntime": 0.98, "paddle_inference": 0.9},
+                        min_int8_accuracy={"onnxruntime": 97, "paddle_inference": 90}, require_ci_within_drop=True)
+    criteria = by_name(decide(policy, metrics, runtimes=BOTH))
+    assert {name: criteria[name].threshold for name in criteria if name.startswith("paddle_inference.")} == {
+        "paddle_inference.accuracy_drop_pts": 4.0, "paddle_inference.agreement": 0.9,
+        "paddle_inference.int8_top1_pct": 90.0, "paddle_inference.delta_ci95_low_pts": -4.0,
+        "paddle_inference.speedup": 1.0}
+    assert (criteria["accuracy_drop_pts"].threshold, criteria["delta_ci95_low_pts"].threshold) == (1.0, -1.0)
+    assert criteria["paddle_inference.accuracy_drop_pts"].passed and criteria["paddle_inference.agreement"].passed
+
+
+def test_the_text_gate_judges_each_runtime_by_its_own_cer_threshold():
+    text = {"task": "text_recognition", "fp32_cer_pct": 1.0, "int8_cer_pct": 1.4, "cer_increase_pts": 0.4}
+    paddle = {**PADDLE_SLOWER, "fp32_cer_pct": 1.0, "int8_cer_pct": 2.0, "cer_increase_pts": 1.0}
+    metrics = {**evaluation(paddle_inference=paddle), **text}
+    metrics["runtimes"]["onnxruntime"].update(text)
+    policy = policy_for(BOTH, max_cer_increase_pts={"onnxruntime": 0.5, "paddle_inference": 1.5}, max_accuracy_drop=2.5,
+                        min_speedup={"onnxruntime": 1, "paddle_inference": 0})
+    decision = decide(policy, metrics, runtimes=BOTH)
+    assert decision.passed and by_name(decision)["paddle_inference.cer_increase_pts"].threshold == 1.5
+    stricter = policy.model_copy(update={"max_cer_increase_pts": {"onnxruntime": 0.5, "paddle_inference": 0.5}})
+    assert [c.name for c in decide(stricter, metrics, runtimes=BOTH).failed] == ["paddle_inference.cer_increase_pts"]
+
+
+def test_a_runtime_the_map_does_not_name_is_judged_by_its_strictest_value():
+    # The INT8 search scores its candidates in onnxruntime, even when evaluate.runtimes does not list it.
+    policy = policy_for(("openvino", "paddle_inference"), min_agreement={"openvino": 0.97, "paddle_inference": 0.9})
+    agreement = by_name(decide(policy, {**ORT, "agreement": 0.95}))["agreement"]
+    assert not agreement.passed and agreement.threshold == 0.97
+    assert agreement.note == "gate.min_agreement names no onnxruntime: its strictest value applies"
+
+
+def stored_version_slower_in_openvino(tmp_path) -> ArtifactStore:
+    store = ArtifactStore(tmp_path / "store")
+    labels = np.arange(40) % 10
+    arrays = {"labels": labels, "fp32_pred": labels, "int8_pred": labels}
+    exact = {**ORT, "fp32_top1_pct": 100.0, "int8_top1_pct": 100.0, "agreement": 1.0}
+    metrics = {**exact, "primary_runtime": "onnxruntime",
+               "runtimes": {"onnxruntime": exact, "openvino": {**exact, "speedup_int8_vs_fp32": 0.8,
+                                                               "predictions_file": "predictions_openvino.npz"}}}
+    ref = commit_evaluation(store, ("onnxruntime", "openvino"), metrics,
+                            {"predictions.npz": arrays, "predictions_openvino.npz": arrays})
+    store.finalize_version(store.version("m", ref.version), {"status": "failed", "config": {"gate": {}}})
+    return store
+
+
+def test_deciding_again_with_a_speed_threshold_by_runtime_passes_the_runtime_kept_for_information(tmp_path, capsys):
+    from quantgate.cli import main
+
+    store = stored_version_slower_in_openvino(tmp_path)
+    by_runtime = "gate.min_speedup={onnxruntime: 1, openvino: 0}"
+    assert main(["gate", "v1", "--store", str(store.root), "--set", by_runtime]) == 0
+    out = capsys.readouterr().out
+    assert "  gate      openvino.speedup = 0.8 x (must be >= 0) ok" in out
+    assert "  gate      speedup = 2 x (must be >= 1) ok" in out
+    recorded = next(line for line in out.splitlines() if line.startswith("  recorded  ")).split(maxsplit=1)[1]
+    decision = json.loads(Path(recorded).read_text())
+    assert decision["gate"]["policy"]["min_speedup"] == {"onnxruntime": 1.0, "openvino": 0.0}
+    assert main(["gate", "v1", "--store", str(store.root), "--set", "gate.min_speedup={onnx: 0}"]) == 2
+    assert "gate.min_speedup.by_runtime.onnx.[key]: Input should be 'onnxruntime', 'openvino' or " in (
+        capsys.readouterr().err)

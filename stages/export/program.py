@@ -1,0 +1,68 @@
+"""Export for a model trained elsewhere: the imported FP32 program is the pipeline's FP32 model as it is.
+
+Nothing is rebuilt from weights (quantgate has no network for it), so there is no trained model to compare
+with: the program is copied byte for byte, run on one batch of the test split to prove that it runs on the
+data as the data stage prepares it, and that batch's outputs are kept as the FP32 reference.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from quantgate.stages.data.reading import open_data
+from quantgate.stages.export.inference_model import ExportMismatch, ExportResult, require_legacy_format
+from quantgate.stages.export.outputs import MODEL_FILE, MODEL_PREFIX, PARAMS_FILE, REFERENCE_OUTPUTS_FILE
+from quantgate.stages.shared.static_graph import load_program, persistable_dtypes, static_mode
+from quantgate.stages.source.outputs import MODEL_FILE as SOURCE_MODEL_FILE
+from quantgate.stages.source.outputs import PARAMS_FILE as SOURCE_PARAMS_FILE
+
+REFERENCE_BATCH = 32
+
+
+def export_program(source_dir: Path, data_dir: Path, out_dir: Path, num_workers: int = 0) -> ExportResult:
+    """Keep the source stage's program as the FP32 model and one test batch's outputs as its reference.
+
+    Raises:
+        ExportMismatch: a parameter is not float32, or the program's outputs on the test batch are not finite
+            or do not have one row per image.
+        DataChanged: an image of the batch changed since the data stage recorded it.
+    """
+    require_legacy_format()
+    out_dir = Path(out_dir)
+    shutil.copyfile(Path(source_dir) / SOURCE_MODEL_FILE, out_dir / MODEL_FILE)
+    shutil.copyfile(Path(source_dir) / SOURCE_PARAMS_FILE, out_dir / PARAMS_FILE)
+    data = open_data(data_dir)
+    with static_mode():
+        saved = load_program(out_dir / MODEL_PREFIX)
+        dtypes = persistable_dtypes(saved.program)
+        declared = list(saved.fetches[0].shape)
+        images, _ = next(iter(data.batches("test", REFERENCE_BATCH, num_workers)))
+        outputs = saved.run(images)
+    not_float32 = {name: dtype for name, dtype in dtypes.items()
+                   if dtype != "float32" and dtype.startswith(("float", "bfloat"))}
+    if not_float32:
+        shown = dict(list(not_float32.items())[:5])
+        raise ExportMismatch(f"the imported model stores {len(not_float32)} parameters in low precision ({shown}); "
+                             "export its float32 weights (the master copy, not an FP16/BF16 inference model)")
+    if len(outputs) != len(images) or not np.isfinite(outputs).all():
+        raise ExportMismatch(f"the imported model gives {'non-finite' if len(outputs) == len(images) else 'misshaped'} "
+                             f"outputs {list(outputs.shape)} on {len(images)} test images; check data.transforms "
+                             "(size, color order, mean/std) against the model's training config")
+    np.save(out_dir / REFERENCE_OUTPUTS_FILE, outputs)
+    return ExportResult(
+        model_file=MODEL_FILE,
+        params_file=PARAMS_FILE,
+        metrics={
+            "format": "paddle-legacy-program",
+            "parameters": len(dtypes),
+            "parameter_dtypes": sorted(set(dtypes.values())),
+            "max_abs_diff_vs_trained": None,  # nothing was trained here to compare with
+            "max_abs_diff_limit": None,
+            "checked_samples": int(len(images)),
+            "output_shape": declared,
+            "reference": f"the imported program's outputs on the first {len(images)} test images",
+        },
+    )

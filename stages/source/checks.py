@@ -1,0 +1,179 @@
+"""Checks of a trained model before anything runs: is there a model, is it FP32, can the data feed it, do its
+outputs fit the task and the dictionary or class list. Every problem is named with its fix, all at once."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from quantgate.config import TEXT_DATASETS, DataConfig, PipelineConfig, TrainedModelConfig
+from quantgate.stages.source.errors import ModelProblem
+from quantgate.stages.source.model_summary import ModelSummary, summarize
+from quantgate.stages.source.pir import is_pir_model, pir_refusal
+
+LISTED_FILES = 12
+DEFAULT_SIDE = 224  # the sample size tried where neither the model nor the transforms fix height and width
+
+
+@dataclass(frozen=True)
+class CheckedModel:
+    """A model folder that passed every check: its two files, their digests, and what the program is."""
+
+    folder: Path
+    prefix: str
+    files: dict[str, dict]  # file name -> {"sha256", "bytes"}, every file of the folder that belongs to the model
+    summary: ModelSummary
+
+
+def _digest(path: Path) -> dict:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return {"sha256": digest.hexdigest(), "bytes": path.stat().st_size}
+
+
+def model_files(config: TrainedModelConfig) -> tuple[Path, dict[str, dict]]:
+    """The folder and `{file: {"sha256", "bytes"}}` of the model's files (<prefix>.pdmodel, .pdiparams and any
+    other <prefix>.* beside them, such as PaddleOCR's .pdiparams.info).
+
+    Raises:
+        ModelProblem: the folder is missing, holds no legacy-format model with that prefix (what it holds is
+            listed), or holds a PIR model (with the export command that writes the legacy format).
+    """
+    folder = Path(config.path).expanduser().resolve()
+    if not folder.is_dir():
+        raise ModelProblem([f"trained_model.path {folder} is not a folder; point it at the folder your export wrote "
+                            "(PaddleOCR: Global.save_inference_dir of tools/export_model.py)"])
+    model, params = folder / f"{config.prefix}.pdmodel", folder / f"{config.prefix}.pdiparams"
+    if model.is_file() and params.is_file():
+        files = sorted(path for path in folder.iterdir() if path.is_file() and path.name.startswith(f"{config.prefix}."))
+        return folder, {path.name: _digest(path) for path in files}
+    if is_pir_model(folder, config.prefix):
+        raise ModelProblem([pir_refusal(folder, config.prefix)])
+    present = sorted(entry.name + ("/" if entry.is_dir() else "") for entry in folder.iterdir())
+    shown = ", ".join(present[:LISTED_FILES]) + (f" and {len(present) - LISTED_FILES} more" if len(present) > LISTED_FILES
+                                                 else "") if present else "nothing"
+    stems = sorted({path.name[:-len(".pdmodel")] for path in folder.glob("*.pdmodel")})
+    if stems:
+        fix = f"set trained_model.prefix to {stems[0]!r} (the stem of {stems[0]}.pdmodel)"
+    elif any(path.suffix == ".pdparams" for path in folder.iterdir()):
+        fix = ("a .pdparams file is a training checkpoint (a pickle), not an inference model: export it first "
+               "(PaddleOCR: python tools/export_model.py -c CONFIG.yml -o Global.pretrained_model=... "
+               "Global.save_inference_dir=DIR) and point trained_model.path at DIR")
+    else:
+        fix = "point trained_model.path at the folder your export wrote"
+    raise ModelProblem([f"trained_model.path {folder} holds no {model.name} + {params.name} (found: {shown}); {fix}"])
+
+
+def expected_input(data: DataConfig) -> tuple[int, int | None, int | None]:
+    """[C, H, W] the data stage will feed (None where the images' own size decides)."""
+    transforms = data.transforms
+    if data.dataset in TEXT_DATASETS:
+        return tuple(transforms.rec_image_shape)
+    channels = 1 if transforms.color == "grayscale" else 3
+    if transforms.resize_pad is not None:
+        return (channels, *transforms.resize_pad)
+    crop = transforms.center_crop
+    if crop is not None:
+        return (channels, crop, crop) if isinstance(crop, int) else (channels, *crop)
+    if isinstance(transforms.resize, tuple):
+        return (channels, *transforms.resize)
+    return channels, None, None
+
+
+def expected_classes(config: PipelineConfig) -> tuple[int | None, str]:
+    """How many outputs per position the model must have, and where that number comes from."""
+    data = config.data
+    if data.dataset in TEXT_DATASETS:
+        from quantgate.stages.data.text_labels import read_dictionary
+
+        characters = read_dictionary(Path(data.character_dict).expanduser())
+        space = " + 1 space (data.use_space_char)" if data.use_space_char else ""
+        return (len(characters) + 1 + data.use_space_char,
+                f"data.character_dict's {len(characters)} characters + 1 CTC blank{space}")
+    if data.class_names is not None:
+        return len(data.class_names), f"data.class_names' {len(data.class_names)} names"
+    root = Path(data.path).expanduser()
+    folders = [entry for entry in root.iterdir() if entry.is_dir() and not entry.name.startswith(".")] \
+        if root.is_dir() else []
+    return (len(folders), f"the {len(folders)} class folders under data.path (set data.class_names to the model's "
+                          "whole class list in output order when the folders are only some of its classes)") \
+        if folders else (None, "")
+
+
+def _input_problems(summary: ModelSummary, wanted: tuple[int, int | None, int | None], data: DataConfig) -> list[str]:
+    if len(summary.inputs) != 1:
+        names = ", ".join(spec.name for spec in summary.inputs)
+        return [f"the model takes {len(summary.inputs)} inputs ({names}); quantgate feeds one image tensor "
+                "[N, C, H, W]: export the model with a single image input"]
+    spec = summary.inputs[0]
+    if len(spec.shape) != 4 or spec.dtype != "float32":
+        return [f"the model's input {spec.name} is {spec.dtype} {list(spec.shape)}; quantgate feeds float32 "
+                "[N, C, H, W] images"]
+    problems = []
+    setting = "data.transforms.rec_image_shape" if data.dataset in TEXT_DATASETS else "data.transforms"
+    for axis, have, want in zip("CHW", spec.shape[1:], wanted):
+        if have > 0 and want is not None and have != want:
+            problems.append(f"the model's input {spec.name} {list(spec.shape)} has {axis}={have}, but {setting} "
+                            f"gives {axis}={want} ({list(wanted)}); set {setting} to the shape it was trained on"
+                            + (" (C 3: color rgb or bgr; C 1: grayscale)" if axis == "C" else ""))
+    return problems
+
+
+def _output_problems(summary: ModelSummary, config: PipelineConfig) -> list[str]:
+    if len(summary.outputs) != 1:
+        return [f"the model has {len(summary.outputs)} outputs ({', '.join(o.name for o in summary.outputs)}); "
+                "quantgate gates models with one output: export the inference model with one"]
+    shape = summary.measured_output_shape or summary.outputs[0].shape
+    text = config.task == "text_recognition"
+    if text and len(shape) != 3:
+        return [f"task text_recognition needs a recognizer's [N, T, C] output, but the model outputs "
+                f"{list(shape)}: a {len(shape)}-D output is {'a classifier' if len(shape) == 2 else 'not a CTC head'}"
+                "; set task: classification, or import the recognizer"]
+    if not text and len(shape) != 2:
+        return [f"task classification needs an [N, classes] output, but the model outputs {list(shape)}"
+                + ("; an [N, T, C] output is a text recognizer: set task: text_recognition and data.dataset: "
+                   "text_lines" if len(shape) == 3 else "")]
+    wanted, why = expected_classes(config)
+    if wanted is not None and shape[-1] > 0 and shape[-1] != wanted:
+        fix = ("use the dictionary the model was trained with, and data.use_space_char as in its training config"
+               if text else "set data.class_names to the model's classes in output order")
+        return [f"the model outputs {shape[-1]} {'scores per position' if text else 'classes'}, but {why} make "
+                f"{wanted}; {fix}"]
+    return []
+
+
+def check_trained_model(config: PipelineConfig) -> CheckedModel:
+    """Every check of `config.trained_model` against the task and the data settings, before anything runs.
+
+    Raises:
+        ModelProblem: listing every problem (no model, PIR format, already INT8, inputs the transforms cannot
+            produce, outputs that do not fit the task, dictionary or class list).
+        BadTextLines: data.character_dict cannot be read.
+    """
+    folder, files = model_files(config.trained_model)
+    prefix = folder / config.trained_model.prefix
+    wanted = expected_input(config.data)
+    try:
+        bare = summarize(prefix)
+        declared = bare.inputs[0].shape[1:] if len(bare.inputs) == 1 and len(bare.inputs[0].shape) == 4 else ()
+        sample = tuple(want or (have if have > 0 else DEFAULT_SIDE) for want, have in
+                       zip(wanted, declared)) if declared else None
+        summary = summarize(prefix, sample) if sample and not _input_problems(bare, wanted, config.data) else bare
+    except (RuntimeError, ValueError, OSError) as exc:
+        raise ModelProblem([f"{prefix}.pdmodel cannot be loaded as a Paddle inference program "
+                            f"({type(exc).__name__}: {str(exc)[:300]}); export it again with paddle.jit.save or "
+                            "your tool's export command"]) from exc
+    problems = []
+    if summary.quantized_ops or summary.int8_parameters:
+        found = ", ".join(f"{op} x{count}" for op, count in summary.quantized_ops.items()) or \
+            f"int8 weights {summary.int8_parameters[:5]}"
+        problems.append(f"the model is already INT8 ({found}); give quantgate the FP32 export it was quantized from")
+    problems += _input_problems(summary, wanted, config.data)
+    if not problems:
+        problems += _output_problems(summary, config)
+    if problems:
+        raise ModelProblem(problems)
+    return CheckedModel(folder, config.trained_model.prefix, files, summary)
