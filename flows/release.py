@@ -1,4 +1,5 @@
-"""The `release` flow: train (or take in a trained model) → export → quantize → convert → evaluate → gate → report → publish.
+"""The `release` flow: train (or take in a trained model) → export → quantize → convert → evaluate → gate →
+report → publish.
 
 Run it with `quantgate run`, as a script, or from a deployment in prefect.yaml.
 """

