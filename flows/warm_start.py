@@ -96,8 +96,48 @@ def resolve_warm_start(store: ArtifactStore, config: PipelineConfig, resume: str
                 "whose gate passes becomes the release), or start from a version such as 'v1'"))
         return _trained_here(store, config.model_name, version, "release", train)
     if train.init_from.startswith("v") and train.init_from[1:].isdigit():  # the schema checked the name
-        return _trained_here(store, config.model_name, train.init_from, "version", train)
-    return _state_dict_file(train, from_deployment)
+        warm = _trained_here(store, config.model_name, train.init_from, "version", train)
+    else:
+        warm = _state_dict_file(train, from_deployment)
+    if warm.strict and not warm.allow_pickle:  # a pickle is opened only by the train stage, never here
+        _check_fit(store, warm, config)
+    return warm
+
+
+def planned_shape(config: PipelineConfig) -> tuple[int, tuple[int, ...]] | None:
+    """(classes, input shape) the network will be built for, where the settings alone decide them (the built-in
+    digits, text lines with a dictionary, image folders with a fixed size); None where only the data stage knows."""
+    from quantgate.stages.source.checks import expected_classes, expected_input
+
+    data = config.data
+    if data.dataset == "digits":
+        return 10, (1, 8, 8)
+    if data.dataset == "digit_strings" and data.character_dict is None:
+        return 11, tuple(data.transforms.rec_image_shape)
+    if data.dataset == "text_lines" and data.character_dict is None:
+        return None  # the dictionary is built from the training labels
+    shape = expected_input(data)
+    classes, _ = expected_classes(config)
+    return (classes, shape) if classes and None not in shape else None
+
+
+def _check_fit(store: ArtifactStore, warm: WarmStart, config: PipelineConfig) -> None:
+    """Refuse, before the version exists, strict init weights that do not fit the network this run builds,
+    where the settings decide its shape (otherwise the train stage checks them before its first step)."""
+    from quantgate.stages.train.models import build_model
+    from quantgate.stages.train.warm_start import state_fit
+
+    planned = planned_shape(config)
+    if planned is None:
+        return
+    classes, input_shape = planned
+    model = build_model(config.train.architecture, classes, input_shape, config.train.neck)
+    fit = state_fit(model, read_init_weights(store, warm).arrays)
+    if not fit.fits:
+        raise WarmStartRefused(config.train.init_from, (
+            f"{warm.described()} does not fit {config.train.architecture} for {classes} classes and inputs "
+            f"{list(input_shape)}: {'; '.join(fit.problems())}; start from weights of the same network, or set "
+            "train.init_strict: false to load the layers that fit and start the others fresh"))
 
 
 def read_init_weights(store: ArtifactStore, warm: WarmStart):

@@ -45,15 +45,30 @@ class GatePolicy(Section):
     min_int8_accuracy: PerRuntime[Points] = Field(
         0.0, description=f"Smallest allowed INT8 top-1 accuracy, in percent (0 disables the floor){BY_RUNTIME}."
     )
-    # One number: it compares the primary runtime's INT8 top-1 with the release's (docs/gate.md).
+    # One number: every runtime compares its INT8 top-1 with the release's on the same samples (docs/gate.md).
     max_release_regression: float = Field(
         1.0, ge=0, le=100,
-        description="Largest allowed INT8 top-1 drop vs the current release version's INT8 top-1, in points "
-        "(not applicable while there is no release).",
+        description="Largest allowed INT8 top-1 drop vs the current release version's INT8 top-1, both "
+        "measured on the same test samples in each runtime, in points (not applicable while there is no release).",
+    )
+    max_release_cer_increase_pts: float = Field(
+        0.5, ge=0, le=100,
+        description="text_recognition: largest allowed rise of this version's INT8 character error rate over the "
+        "release's, in points, both measured on the same test samples (classification: not applicable).",
+    )
+    min_paired_samples: int = Field(
+        100, ge=2, description="Fewest test samples, seen by neither this version nor the release in training, "
+        "calibration or validation, that the comparison with the release must be paired on (fewer: it fails).",
+    )
+    incomparable_release: Literal["fail", "skip_with_note"] = Field(
+        "fail", description="When the release cannot be scored on this version's test samples (the class set "
+        "changed; its model is missing, fails verification or its runtime is not installed): fail the "
+        "comparison, or skip it with a note.",
     )
     require_ci_within_drop: bool = Field(
         False, description="Also require the lower bound of the 95 % bootstrap interval of the INT8-FP32 "
-        "accuracy delta to stay above -max_accuracy_drop.",
+        "accuracy delta to stay above -max_accuracy_drop, and the upper bound of the paired interval of the "
+        "regression vs the release to stay within max_release_regression.",
     )
     bootstrap_resamples: int = Field(
         2000, ge=100, le=100_000, description="Paired bootstrap resamples of the test set for the delta's interval."

@@ -12,6 +12,7 @@ import numpy as np
 
 from quantgate.config import EvaluateConfig
 from quantgate.stages.data.reading import StoredData, open_data
+from quantgate.stages.data.sample_ids import sample_ids
 from quantgate.stages.evaluate.cpu import cpu_record
 from quantgate.stages.evaluate.float_layers import float_layers_record
 from quantgate.stages.evaluate.forms import ModelForm, Runner, check_runtimes, library, model_forms, open_runner
@@ -22,6 +23,7 @@ from quantgate.stages.evaluate.outputs import (
     INT8_FLOAT_LAYERS,
     ONNXRUNTIME,
     OPENVINO,
+    SAMPLE_IDS,
     primary_runtime,
     runtime_predictions_file,
 )
@@ -129,7 +131,7 @@ def _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2
     # With openvino listed the test split is decoded in this process: DataLoader workers exiting while OpenVINO
     # models are compiled here crashed it (Paddle's SIGCHLD handler; see stages/data/reading.py).
     workers = 0 if OPENVINO in runtimes else num_workers
-    task, labels = data.task, data.references("test")
+    task, labels, ids = data.task, data.references("test"), sample_ids(data, "test")
     logits = predict_split(runners, data, "test", config.batch_size, workers)
     del runners  # their worker threads must not share the cores with the latency processes
     log.info("evaluate: predicted %d test samples in %s; timing %d runs per model", len(labels), ", ".join(runtimes),
@@ -146,8 +148,9 @@ def _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2
         predicted = {name: task.predict(values) for name, values in own.items()}
         predictions = runtime_predictions_file(runtime, primary)
         # Strings are stored as numpy unicode arrays (never objects), so they load with allow_pickle=False.
+        # sample_ids say which raw sample each row is, so a later version can reuse these predictions (stages/duel).
         np.savez(out_dir / predictions, labels=labels, fp32_pred=predicted["fp32"], int8_pred=predicted["int8"],
-                 fp32_logits=own["fp32"], int8_logits=own["int8"])
+                 fp32_logits=own["fp32"], int8_logits=own["int8"], **{SAMPLE_IDS: ids})
         measured[runtime] = Measured(named, own, predicted, latency[runtime], int8_ops[runtime], library(runtime),
                                      predictions, details[runtime])
     metrics = stage_metrics(measured, primary, labels, task, config, len(latency_batch), cpu)
