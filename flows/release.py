@@ -1,5 +1,5 @@
-"""The `release` flow: train (or take in a trained model) → export → quantize → convert → evaluate → gate →
-report → publish.
+"""The `release` flow: train (or take in a trained model) → export → quantize → convert → evaluate → duel
+(the release on the same test samples) → gate → report → publish.
 
 Run it with `quantgate run`, as a script, or from a deployment in prefect.yaml.
 """
@@ -7,7 +7,9 @@ Run it with `quantgate run`, as a script, or from a deployment in prefect.yaml.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, replace
+import tempfile
+from dataclasses import replace
+from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -25,19 +27,19 @@ from quantgate.artifacts import (
 from quantgate.artifacts.names import version_number
 from quantgate.config import GatePolicy, PipelineConfig
 from quantgate.errors import Rejected
-from quantgate.flows.evidence import baseline_of
+from quantgate.flows.duel import current_release, score_release_now
 from quantgate.flows.report import publish_report
 from quantgate.flows.tasks import (
     SOURCE,
     check_calibration_size,
     convert_task,
     data_task,
+    duel_task,
     evaluate_task,
     export_program_task,
     export_task,
     gate_task,
     quantize_task,
-    release_baseline_task,
     report_task,
     source_task,
     train_task,
@@ -47,10 +49,12 @@ from quantgate.flows.warm_start import resolve_warm_start
 from quantgate.settings import resolve_store_root
 from quantgate.stages.data.outputs import FINGERPRINT, PREPROCESSING
 from quantgate.stages.evaluate import check_runtimes
-from quantgate.stages.evaluate.outputs import INT8_TOP1, headline_keys
-from quantgate.stages.gate import Criterion, decide
-from quantgate.stages.gate.outputs import PASSED, RELEASE_REGRESSION
-from quantgate.stages.gate.runtimes import PRIMARY_RUNTIME, RUNTIMES, runtime_headlines, with_criterion, with_verdicts
+from quantgate.stages.evaluate.outputs import TASK, headline_keys
+from quantgate.stages.gate import Criterion
+from quantgate.stages.gate.outputs import PASSED, RELEASE_DUEL
+from quantgate.stages.gate.release_duel import release_criteria
+from quantgate.stages.gate.runtimes import RUNTIMES, gate_runtimes, runtime_headlines, with_criterion, with_verdicts
+from quantgate.stages.tasks import TEXT_RECOGNITION
 from quantgate.stages.quantize.outputs import SEARCH
 from quantgate.stages.source import check_trained_model
 from quantgate.stages.source.outputs import INPUT_SPEC, ORIGIN, OUTPUT_SPEC, PARAMETERS, TRAINED_HERE
@@ -118,49 +122,58 @@ def record_error(store: ArtifactStore, version: VersionRef, config: PipelineConf
         exc.add_note(f"version {version.model}/{version.version} stays incomplete ({record_failed})")
 
 
-def rejudged(store: ArtifactStore, model: str, record: dict, policy: GatePolicy, release: str | None) -> dict:
-    """`record` with release_regression_pts judged against `release` as it is now, if the gate saw another.
+def rejudged(store: ArtifactStore, version: VersionRef, record: dict, policy: GatePolicy, release: str | None,
+             problem: str = "") -> dict:
+    """`record` with the criteria against the release judged against `release` as it is now, if the gate saw
+    another: the new release is scored on this version's test samples (flows/duel.py), then judged on the
+    paired numbers in every runtime. `problem`: why the release alias could not be read.
 
     The gate read `release` long before publishing; another run may have moved it since. A passing
     run is judged again against the new release; if that fails, the record says "failed", carries
-    the new criterion and says why, and `release` stays where it is.
+    the new criteria and says why, and `release` stays where it is.
     """
     gate_record = record["gate"]
-    judged = (gate_record.get("release_baseline") or {}).get("version")
-    if record["status"] != "passed" or judged == release:
+    judged = (gate_record.get(RELEASE_DUEL) or {}).get("version")
+    if record["status"] != "passed" or (judged == release and not problem):
         return record
-    baseline = baseline_of(store, model, release)
-    primary = gate_record.get(PRIMARY_RUNTIME)
-    fresh = decide(policy, {INT8_TOP1: record["metrics"].get(INT8_TOP1)}, release=baseline,
-                   runtimes=(primary,) if primary else ()).criteria
-    criterion = next(c for c in fresh if c.name == RELEASE_REGRESSION)
+    runtimes, primary = gate_runtimes(gate_record)
+    text = (record.get("metrics") or {}).get(TASK) == TEXT_RECOGNITION
+    with tempfile.TemporaryDirectory() as scratch:
+        evidence = score_release_now(store, store.stage_ref(version, "data"), store.stage_ref(version, "evaluate"),
+                                     release, Path(scratch), problem)
+        fresh, summary = release_criteria(policy, evidence, runtimes, primary, text)
     note = f"judged again: release moved from {judged or 'none'} to {release or 'none'} after this run's gate read it"
-    criterion = replace(criterion, note=f"{criterion.note}; {note}" if criterion.note else note)
-    gate_record = {**with_criterion(gate_record, criterion),
-                   "release_baseline": None if baseline is None else asdict(baseline), "rejudged": note}
+    fresh = [replace(c, note=f"{c.note}; {note}" if c.note else note) for c in fresh]
+    gate_record = {**with_criterion(gate_record, *fresh), RELEASE_DUEL: summary, "rejudged": note}
     passed = gate_record[PASSED]
     # The per-runtime verdicts follow the criteria they summarise.
-    runtimes = {RUNTIMES: with_verdicts(record[RUNTIMES], gate_record)} if RUNTIMES in record else {}
-    return {**record, **runtimes, "gate": gate_record, "status": "passed" if passed else "failed"}
+    runtimes_record = {RUNTIMES: with_verdicts(record[RUNTIMES], gate_record)} if RUNTIMES in record else {}
+    return {**record, **runtimes_record, "gate": gate_record, "status": "passed" if passed else "failed"}
 
 
 def publish_record(store: ArtifactStore, version: VersionRef, record: dict, policy: GatePolicy) -> dict:
     """Finalize the version with `record` and move `latest` and `release`; return the record as finalized.
 
-    Under the model's alias lock: `release` is read, the record judged again if `release` moved
-    since the gate read it (`rejudged`), the version finalized, `latest` moved unless it already
-    names a newer version, and `release` moved (compare-and-set) only if the record still passes.
+    `release` is read and, if it moved since the gate read it, the new release is scored and the record
+    judged again (`rejudged`), all outside the alias lock (scoring takes seconds). Under the model's alias
+    lock `release` is read again: if it moved meanwhile, the lock is let go and the loop scores the newer
+    one; otherwise the version is finalized, `latest` moved unless it already names a newer version, and
+    `release` moved (compare-and-set) only if the record still passes.
     """
-    with store.alias_moves(version.model) as moves:
-        release_now = moves.current(RELEASE)
-        record = rejudged(store, version.model, record, policy, release_now)
-        store.finalize_version(version, record)
-        latest = moves.current(LATEST)
-        if latest is None or version_number(latest) < version_number(version.version):
-            moves.move(LATEST, version.version, reason=f"run finished: gate {record['status']}")
-        if record["status"] == "passed":
-            moves.move(RELEASE, version.version, reason="gate passed", expected_previous=release_now)
-    return record
+    while True:
+        release_seen, problem = current_release(store, version.model)
+        judged = rejudged(store, version, record, policy, release_seen, problem)
+        with store.alias_moves(version.model) as moves:
+            release_now = moves.current(RELEASE)
+            if release_now != release_seen and not problem:
+                continue  # moved while this run scored it: score the newer one, outside the lock
+            store.finalize_version(version, judged)
+            latest = moves.current(LATEST)
+            if latest is None or version_number(latest) < version_number(version.version):
+                moves.move(LATEST, version.version, reason=f"run finished: gate {judged['status']}")
+            if judged["status"] == "passed":
+                moves.move(RELEASE, version.version, reason="gate passed", expected_previous=release_now)
+        return judged
 
 
 @task(name="publish", retries=0, cache_policy=NO_CACHE)
@@ -228,10 +241,12 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
             refs["convert"] = convert_task(root, version, refs["export"], refs["quantize"], reuse)
             refs["evaluate"] = evaluate_task(root, version, config.evaluate, refs["convert"], refs["data"], workers,
                                              refs["export"], refs["quantize"])
-            baseline = release_baseline_task(root, config.model_name)
-            refs["gate"] = gate_task(root, version, config.gate, refs["evaluate"], baseline, refs["quantize"])
+            duel = duel_task(root, version, refs["evaluate"], refs["data"], reuse)  # None: nothing released yet
+            if duel is not None:
+                refs["duel"] = duel
+            refs["gate"] = gate_task(root, version, config.gate, refs["evaluate"], duel, refs["quantize"])
             refs["report"] = report_task(root, version, refs.get("train", refs.get(SOURCE)), refs["evaluate"], refs["gate"],
-                                         refs["quantize"], data=refs["data"])
+                                         refs["quantize"], data=refs["data"], duel=duel)
             record = publish_task(root, version, config, refs)
         except Exception as exc:
             record_error(artifact_store, version, config, exc)

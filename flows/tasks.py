@@ -22,7 +22,8 @@ from quantgate.artifacts import ArtifactStore, CheckpointRef, StageRef, VersionR
 from quantgate.artifacts.reuse import reuse_note
 from quantgate.config import DataConfig, EvaluateConfig, GatePolicy, PipelineConfig, QuantizeConfig, TrainConfig
 from quantgate.flows.code_version import code_digest
-from quantgate.flows.evidence import gate_evidence, release_baseline
+from quantgate.flows.duel import DUEL, current_release, duel_settings, prediction_cache, release_model, run_duel, stored_duel
+from quantgate.flows.evidence import gate_evidence
 from quantgate.flows.stage_logs import library_output, stage_lines, stage_logs_to_prefect
 from quantgate.flows.warm_start import INIT_DIGEST, WarmStart, read_init_weights
 from quantgate.stages.convert import convert
@@ -32,7 +33,8 @@ from quantgate.stages.data.outputs import SAMPLES_CALIBRATION
 from quantgate.stages.evaluate import evaluate
 from quantgate.stages.export import export, export_program
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
-from quantgate.stages.gate import ReleaseBaseline, gate
+from quantgate.stages.duel.outputs import PAIRED_SAMPLES, PROBLEM, RELEASE_SCORING_S, STATUS
+from quantgate.stages.gate import gate
 from quantgate.stages.quantize import calibration_batches, quantize, search_quantization
 from quantgate.stages.quantize.outputs import SEARCH
 from quantgate.stages.report import report
@@ -310,41 +312,65 @@ def evaluate_task(
     )
 
 
-@task(name="release-baseline", **STAGE_TASK)
-def release_baseline_task(store_root: str, model: str) -> ReleaseBaseline | None:
-    """The current release's INT8 top-1, verified; None when nothing was released yet.
+@task(name="duel", **STAGE_TASK)
+def duel_task(store_root: str, version: VersionRef, evaluated: StageRef, data: StageRef,
+              reuse: bool = True) -> StageRef | None:
+    """Score the current release on this version's unseen test samples in every runtime, paired with this
+    version's predictions; None when nothing was released yet (never reused: `release` is the store's current one).
 
-    Another run may move `release` before this one publishes: publish compares the baseline's
-    version with `release` under the alias lock and judges the regression again if it moved.
+    Another run may move `release` before this one publishes: publish scores the new release (outside the
+    alias lock) and judges the comparison again.
     """
-    baseline = release_baseline(ArtifactStore(store_root), model)
-    get_run_logger().info("release baseline: %s", baseline or "none yet (regression criterion not applicable)")
-    return baseline
+    store = ArtifactStore(store_root)
+    release, problem = current_release(store, version.model)
+    if release is None:
+        get_run_logger().info("duel: no release yet (the comparison with the release is not applicable)")
+        return None
+    released, release_refs = release_model(store, version.model, release, problem)
+    manifest = store.read_manifest(evaluated)
+    settings = {"release": release, **duel_settings(manifest.get("config") or {})}
+    inputs = {"data": data, "evaluate": evaluated, **{f"release_{stage}": ref for stage, ref in release_refs.items()}}
+    cache = prediction_cache(store) if reuse else None
+    ref = run_stage(
+        store_root, version, DUEL, settings, inputs,
+        lambda dirs, out: run_duel(released, dirs["data"], dirs["evaluate"], manifest["metrics"], settings, out,
+                                   cache),
+        reuse=False,
+    )
+    metrics = store.read_manifest(ref)["metrics"]
+    get_run_logger().info("duel with release %s: %s, %s paired samples, %.2f s scoring the release%s", release,
+                          metrics[STATUS], metrics.get(PAIRED_SAMPLES), metrics.get(RELEASE_SCORING_S) or 0.0,
+                          f" ({metrics[PROBLEM]})" if metrics.get(PROBLEM) else "")
+    return ref
 
 
 @task(name="gate", **STAGE_TASK)
 def gate_task(store_root: str, version: VersionRef, policy: GatePolicy, evaluated: StageRef,
-              baseline: ReleaseBaseline | None = None, quantized: StageRef | None = None) -> StageRef:
-    """Apply the release policy to the evaluation, its provenance, the release baseline and the INT8
-    search's verdict (never reused: the baseline is the store's current release)."""
+              duel: StageRef | None = None, quantized: StageRef | None = None) -> StageRef:
+    """Apply the release policy to the evaluation, its provenance, the duel with the release and the INT8
+    search's verdict (never reused: the duel is against the store's current release)."""
     store = ArtifactStore(store_root)
     metrics, predictions, stale = gate_evidence(store, evaluated)
     search = search_summary(store, quantized)
-    inputs = {"evaluate": evaluated, **({"quantize": quantized} if quantized is not None else {})}
+    release = stored_duel(store, duel) if duel is not None else None
+    inputs = {"evaluate": evaluated, **({"quantize": quantized} if quantized is not None else {}),
+              **({DUEL: duel} if duel is not None else {})}
     return run_stage(
         store_root, version, "gate", policy.model_dump(mode="json"), inputs,
-        lambda _, out: gate(policy, metrics, out, predictions, baseline, stale, search), reuse=False,
+        lambda _, out: gate(policy, metrics, out, predictions, release, stale, search), reuse=False,
     )
 
 
 @task(name="report", **STAGE_TASK)
 def report_task(store_root: str, version: VersionRef, trained: StageRef, evaluated: StageRef, gated: StageRef,
-                quantized: StageRef | None = None, data: StageRef | None = None) -> StageRef:
+                quantized: StageRef | None = None, data: StageRef | None = None,
+                duel: StageRef | None = None) -> StageRef:
     """report.md and its pictures, stored in the version; `trained` is the train stage, or the source stage of
     a model trained elsewhere; `data` defaults to this version's data stage."""
     store = ArtifactStore(store_root)
     train_metrics, evaluation, gate_record = (store.read_manifest(ref)["metrics"] for ref in (trained, evaluated, gated))
     search = search_summary(store, quantized)
+    duel_record = store.read_manifest(duel)["metrics"] if duel is not None else None
     data = data or store.stage_ref(version, "data")
     report_dir = store.stage_dir(version, "report")
     imported = trained.stage == SOURCE  # a model trained elsewhere: no steps, no VisualDL
@@ -355,9 +381,11 @@ def report_task(store_root: str, version: VersionRef, trained: StageRef, evaluat
         **({} if imported else {"VisualDL": f"visualdl --logdir {store.stage_dir(version, trained.stage) / VISUALDL_DIR}"}),
     }
     return run_stage(
-        store_root, version, "report", {}, {"data": data, trained.stage: trained, "evaluate": evaluated, "gate": gated},
+        store_root, version, "report", {}, {"data": data, trained.stage: trained, "evaluate": evaluated, "gate": gated,
+                                            **({DUEL: duel} if duel is not None else {})},
         lambda dirs, out: report(f"{version.model} {version.version}", evaluation, gate_record, train_metrics,
                                  None if imported else dirs["train"] / STEPS_FILE, where, out, search,
-                                 data_dir=dirs["data"], evaluate_dir=dirs["evaluate"]),
+                                 data_dir=dirs["data"], evaluate_dir=dirs["evaluate"], duel_dir=dirs.get(DUEL),
+                                 duel_record=duel_record),
         reuse=False,  # the report names this version's paths
     )

@@ -11,8 +11,9 @@ One package per stage, in pipeline order; each package's `__init__` exposes its 
     quantize/  PaddleSlim PTQ and the accuracy-aware search   -> quantize, search_quantization
     convert/   paddle2onnx and the INT8 lowering              -> convert
     evaluate/  FP32 vs INT8 in onnxruntime, latency           -> evaluate
+    duel/      the release scored on the same test samples    -> duel
     gate/      the release policy over measured criteria      -> gate, decide
     report/    report.md and plots                            -> report
 """
 
-PIPELINE = ("data", "source", "train", "export", "quantize", "convert", "evaluate", "gate", "report")
+PIPELINE = ("data", "source", "train", "export", "quantize", "convert", "evaluate", "duel", "gate", "report")

@@ -1,5 +1,5 @@
 """Predicting with a verified bundle: decode images, apply its preprocessing record, run one runtime's
-model, and rank the classes by probability (softmax of the logits), or, for a text recognizer, decode
+model, and rank the classes by probability (softmax of the logits, or the model's own softmax output), or, for a text recognizer, decode
 each line greedily (CTC) with the bundle's dictionary.
 
 The images go through the same decoding and `preprocess` the data stage used for training and for
@@ -93,8 +93,11 @@ def predict_images(bundle: VerifiedBundle, images: Sequence[str], runtime: str |
         logits = np.asarray(engine(batch), dtype=np.float64)
         # Ranked by logit, stably, so the first is exactly the argmax the evaluate stage stored.
         order = np.argsort(-logits, axis=1, kind="stable")[:, :top_k]
-        shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
-        probabilities = shifted / shifted.sum(axis=1, keepdims=True)
+        if bundle.manifest.get("outputs") == "probabilities":  # the model ends in softmax (trained elsewhere)
+            probabilities = logits
+        else:
+            shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+            probabilities = shifted / shifted.sum(axis=1, keepdims=True)
         for row, name in enumerate(names):
             top = tuple(RankedClass(int(k), classes[k], float(probabilities[row, k])) for k in order[row])
             predictions.append(Prediction(name, top))

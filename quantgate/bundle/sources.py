@@ -58,6 +58,12 @@ class VersionSources:
         return self.manifests[stage]["metrics"]
 
     @property
+    def output_kind(self) -> str:
+        """"probabilities" for a model trained elsewhere that ends in softmax, else "logits" (models trained here)."""
+        output = self.metrics(SOURCE_STAGE).get("output", {}) if SOURCE_STAGE in self.manifests else {}
+        return str(output.get("kind", "logits"))
+
+    @property
     def trained_stage(self) -> str:
         """"train", or "source" for a model trained elsewhere."""
         return SOURCE_STAGE if SOURCE_STAGE in self.manifests else "train"

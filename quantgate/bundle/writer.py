@@ -120,6 +120,8 @@ def _fill(staging: Path, sources: VersionSources) -> None:
         "created_by": f"quantgate {importlib.metadata.version('quantgate')}",
         "model": sources.ref.model, "version": sources.ref.version, "architecture": card["model"]["architecture"],
         "input": {"shape": card["model"]["input_shape"], "dtype": "float32", "layout": "NCHW"},
+        # A model trained elsewhere may end in softmax: predict then shows its outputs as they are.
+        "outputs": sources.output_kind,
         "runtimes": runtime_files,
         "default_runtime": DEFAULT_RUNTIME if DEFAULT_RUNTIME in runtime_files else sources.runtimes[0],
         # How the gate ran the models; predict runs them the same way, so it reproduces the stored predictions.

@@ -69,7 +69,8 @@ def handle(args: argparse.Namespace) -> int:
         ConfigError: the policy file or an override is invalid.
     """
     from quantgate.artifacts import ArtifactError
-    from quantgate.flows.evidence import gate_evidence, release_baseline
+    from quantgate.flows.duel import DUEL, current_release, score_release_now, stored_duel
+    from quantgate.flows.evidence import gate_evidence
     from quantgate.stages.gate import gate
     from quantgate.stages.gate.outputs import GATE_FILE
     from quantgate.stages.quantize.outputs import SEARCH
@@ -84,11 +85,17 @@ def handle(args: argparse.Namespace) -> int:
         metrics, predictions, stale = gate_evidence(store, evaluated)
         evaluated_digest = evaluated.manifest_sha256
     except ArtifactError as exc:  # no trustworthy evaluation: decide on nothing, which fails
-        metrics, predictions, stale, evaluated_digest = {}, None, (str(exc),), None
+        evaluated, metrics, predictions, stale, evaluated_digest = None, {}, None, (str(exc),), None
+    release, problem = current_release(store, model)
     with tempfile.TemporaryDirectory() as scratch:
+        # The same rule as publishing: judged against the release there is now, on the same test samples; the
+        # version's own duel when it was against that release, else the release scored now.
+        duel = _stored_duel_against(store, ref, release, DUEL, stored_duel) if not problem else None
+        if duel is None and release is not None and evaluated is not None:
+            duel = score_release_now(store, store.finalized_stage_ref(ref, "data"), evaluated, release,
+                                     Path(scratch), problem)
         # A version from the INT8 search keeps its search verdict (judged under the run's own policy).
-        decision = gate(policy, metrics, Path(scratch), predictions, release_baseline(store, model), stale,
-                        record.get(SEARCH))
+        decision = gate(policy, metrics, Path(scratch), predictions, duel, stale, record.get(SEARCH))
         gate_record = json.loads((Path(scratch) / GATE_FILE).read_text())
     where = store.record_decision(ref, {"gate": gate_record, "evaluate_manifest_sha256": evaluated_digest})
     print(f"quantgate {model}/{ref.version}: gate {'PASSED' if decision.passed else 'FAILED'} (decided again)")
@@ -99,3 +106,17 @@ def handle(args: argparse.Namespace) -> int:
                                           for runtime, verdict in decision.runtimes.items()))
     print(f"  recorded  {store.root / where}")
     return EXIT_OK if decision.passed else EXIT_REJECTED
+
+
+def _stored_duel_against(store, ref, release: str | None, stage: str, read):
+    """The version's own duel when it was against `release` and still verifies; else None (score it now)."""
+    from quantgate.artifacts import ArtifactError
+
+    if release is None:
+        return None
+    try:
+        duel_ref = store.finalized_stage_ref(ref, stage)
+    except ArtifactError:
+        return None  # no duel stored (nothing was released then, or a version from before the duel)
+    duel = read(store, duel_ref)
+    return duel if duel.version == release else None

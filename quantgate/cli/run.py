@@ -157,6 +157,9 @@ def check_resume(store, config: PipelineConfig, version: str) -> None:
     from quantgate.stages.train.checkpoint_state import CheckpointBytes, read_state, resume_problems
     from quantgate.stages.train.errors import ResumeMismatch
 
+    if config.trained_model is not None:
+        raise ConfigError([f"--resume {version} continues a training, and a run with trained_model trains nothing "
+                           "(the model in trained_model.path is gated as it is): remove --resume"])
     if config.train.init_from is not None:  # the flow refuses it too; here it fails before Prefect starts
         from quantgate.flows.warm_start import WarmStartRefused, resume_conflict
 

@@ -15,13 +15,15 @@ from pathlib import Path
 
 from quantgate.config import GatePolicy
 from quantgate.stages.evaluate.outputs import CER_INCREASE, FP32_CER, INT8_CER
-from quantgate.stages.gate.outputs import GATE_FILE, RELEASE_REGRESSION
+from quantgate.stages.gate.criterion import Criterion, criterion, not_applicable, number
+from quantgate.stages.gate.outputs import GATE_FILE, RELEASE_CRITERIA, RELEASE_DUEL
 from quantgate.stages.gate.predictions import (
     DeltaInterval,
     check_predictions,
     paired_bootstrap_delta,  # noqa: F401  (part of the gate's API, imported from here)
     task_of_metrics,
 )
+from quantgate.stages.gate.release_duel import ReleaseDuel, release_criteria
 from quantgate.stages.gate.runtimes import (
     FP32_MODEL,
     INT8_MODEL,
@@ -37,53 +39,10 @@ from quantgate.stages.gate.runtimes import (
 )
 from quantgate.stages.tasks import TEXT_RECOGNITION
 
+
+
 # What the criteria read (the CER keys only for text recognition).
 JUDGED = ("fp32_top1_pct", "int8_top1_pct", "agreement", "speedup_int8_vs_fp32", FP32_CER, INT8_CER, CER_INCREASE)
-PASS, FAIL, NOT_APPLICABLE = "pass", "fail", "not_applicable"
-
-
-@dataclass(frozen=True)
-class Criterion:
-    """One rule of the policy with the value this run measured.
-
-    `verdict` is "pass", "fail" or "not_applicable" (which does not block); left empty it is
-    derived from `passed`. `note` says why a value is missing, stale or not applicable.
-    """
-
-    name: str
-    measured: float | None
-    threshold: float
-    comparison: str  # "<=" or ">="
-    unit: str
-    passed: bool
-    verdict: str = ""
-    note: str = ""
-
-    def __post_init__(self):
-        if not self.verdict:
-            object.__setattr__(self, "verdict", PASS if self.passed else FAIL)
-
-    def describe(self) -> str:
-        if self.verdict == NOT_APPLICABLE and self.measured is None:
-            return f"{self.name}: not applicable ({self.note})"
-        shown = "missing" if self.measured is None else f"{self.measured:.4g}"
-        verdict = {PASS: "ok", FAIL: "FAILED", NOT_APPLICABLE: "not applicable"}[self.verdict]
-        text = f"{self.name} = {shown} {self.unit} (must be {self.comparison} {self.threshold:g}) {verdict}"
-        return f"{text}: {self.note}" if self.note else text
-
-
-@dataclass(frozen=True)
-class ReleaseBaseline:
-    """The current `release` version's INT8 top-1, as read (and verified) from the store by the caller.
-
-    `int8_top1_pct` is None with a `problem` when the release's record could not be read or verified;
-    `runtime` is the runtime that measured it (the release's primary runtime), empty when unknown.
-    """
-
-    version: str
-    int8_top1_pct: float | None
-    problem: str = ""
-    runtime: str = ""
 
 
 @dataclass(frozen=True)
@@ -111,60 +70,25 @@ class GateDecision:
                 **self.evidence}
 
 
-def _number(metrics: dict, key: str) -> float | None:
-    value = metrics.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def _criterion(name: str, measured: float | None, threshold: float, comparison: str, unit: str,
-               note: str = "") -> Criterion:
-    if measured is None or not math.isfinite(measured):
-        return Criterion(name, None, threshold, comparison, unit, False, note=note or "no finite value measured")
-    passed = measured <= threshold if comparison == "<=" else measured >= threshold
-    return Criterion(name, measured, threshold, comparison, unit, passed, note=note)
-
-
-def _not_applicable(name: str, threshold: float, comparison: str, unit: str, note: str,
-                    measured: float | None = None) -> Criterion:
-    return Criterion(name, measured, threshold, comparison, unit, True, NOT_APPLICABLE, note)
-
-
-def _regression(policy: GatePolicy, int8: float | None, release: ReleaseBaseline | None, runtime: str) -> Criterion:
-    name, unit, limit = RELEASE_REGRESSION, "pts", policy.max_release_regression
-    if release is None:
-        return _not_applicable(name, limit, "<=", unit, "no release version yet, nothing to compare with")
-    if release.int8_top1_pct is None or not math.isfinite(release.int8_top1_pct):
-        return _criterion(name, None, limit, "<=", unit,
-                          f"release {release.version}'s INT8 top-1 is unusable: {release.problem or 'missing'}")
-    measured = None if int8 is None else release.int8_top1_pct - int8
-    # Runtimes agree on accuracy to a few samples, but a reader should see when the two numbers differ in kind.
-    elsewhere = release.runtime not in ("", runtime)
-    other = f", measured in {release.runtime}, this version in {runtime}" if elsewhere else ""
-    return _criterion(name, measured, limit, "<=", unit,
-                      f"vs release {release.version} (INT8 {release.int8_top1_pct:.2f} %{other})")
-
-
 def _interval(policy: GatePolicy, runtime: str, interval: DeltaInterval | None, name: str, missing: str) -> Criterion:
     threshold = 0.0 - policy.threshold("max_accuracy_drop", runtime)  # 0.0 - x: never "-0"
     low = None if interval is None else interval.low_pts
     if not policy.require_ci_within_drop:
-        return _not_applicable(name, threshold, ">=", "pts", "informational: gate.require_ci_within_drop is false",
+        return not_applicable(name, threshold, ">=", "pts", "informational: gate.require_ci_within_drop is false",
                                low if low is not None and math.isfinite(low) else None)
-    return _criterion(name, low, threshold, ">=", "pts",
+    return criterion(name, low, threshold, ">=", "pts",
                       "" if interval is not None else missing or "no paired predictions to bootstrap")
 
 
 def _speedup_note(metrics: dict) -> str:
-    fp32_ms, int8_ms = _number(metrics, "latency_ms_p50_fp32"), _number(metrics, "latency_ms_p50_int8")
+    fp32_ms, int8_ms = number(metrics, "latency_ms_p50_fp32"), number(metrics, "latency_ms_p50_int8")
     if fp32_ms is None or int8_ms is None:
         return ""
     return f"median {fp32_ms:.3g} ms FP32 / {int8_ms:.3g} ms INT8 per call"
 
 
 def _cer_note(metrics: dict) -> str:
-    fp32, int8 = _number(metrics, FP32_CER), _number(metrics, INT8_CER)
+    fp32, int8 = number(metrics, FP32_CER), number(metrics, INT8_CER)
     return "" if fp32 is None or int8 is None else f"character error rate {fp32:.3g} % FP32 / {int8:.3g} % INT8"
 
 
@@ -203,26 +127,26 @@ def _runtime_criteria(policy: GatePolicy, runtime: str, primary: str, metrics: d
 
     def judged(base: str, measured_value: float | None, field_name: str, comparison: str, unit: str,
                note: str = "") -> Criterion:
-        return _criterion(name(base), measured_value, policy.threshold(field_name, runtime), comparison, unit,
+        return criterion(name(base), measured_value, policy.threshold(field_name, runtime), comparison, unit,
                           _joined(note, _unnamed_note(policy, field_name, runtime)))
 
     missing = "" if metrics is not None else (f"the evaluation has no metrics for {runtime}, "
                                              "which evaluate.runtimes lists")
     measured = metrics or {}
-    fp32, int8 = _number(measured, "fp32_top1_pct"), _number(measured, "int8_top1_pct")
+    fp32, int8 = number(measured, "fp32_top1_pct"), number(measured, "int8_top1_pct")
     drop = None if fp32 is None or int8 is None else fp32 - int8
     forms = ("" if runtime == primary or not measured.get(INT8_MODEL) else
              f"{measured.get(LIBRARY, runtime)}: {measured.get(INT8_MODEL)} vs {measured.get(FP32_MODEL, 'FP32')}")
     cer = {} if not text else {CER_INCREASE: judged(
-        CER_INCREASE, _number(measured, CER_INCREASE), "max_cer_increase_pts", "<=", "pts",
+        CER_INCREASE, number(measured, CER_INCREASE), "max_cer_increase_pts", "<=", "pts",
         missing or _cer_note(measured))}
     return {
         "accuracy_drop_pts": judged("accuracy_drop_pts", drop, "max_accuracy_drop", "<=", "pts", missing or forms),
         **cer,
-        "agreement": judged("agreement", _number(measured, "agreement"), "min_agreement", ">=", "fraction", missing),
+        "agreement": judged("agreement", number(measured, "agreement"), "min_agreement", ">=", "fraction", missing),
         "int8_top1_pct": judged("int8_top1_pct", int8, "min_int8_accuracy", ">=", "%", missing),
         "delta_ci95_low_pts": _interval(policy, runtime, interval, name("delta_ci95_low_pts"), missing),
-        "speedup": judged("speedup", _number(measured, "speedup_int8_vs_fp32"), "min_speedup", ">=", "x",
+        "speedup": judged("speedup", number(measured, "speedup_int8_vs_fp32"), "min_speedup", ">=", "x",
                           missing or _speedup_note(measured)),
     }
 
@@ -245,31 +169,36 @@ def judged_runtimes(metrics: dict, runtimes: tuple[str, ...] = ()) -> tuple[tupl
 
 
 def decide(policy: GatePolicy, metrics: dict, interval: DeltaInterval | None = None,
-           release: ReleaseBaseline | None = None, stale: tuple[str, ...] = (),
+           release: ReleaseDuel | None = None, stale: tuple[str, ...] = (),
            search: dict | None = None, runtimes: tuple[str, ...] = (),
            intervals: Mapping[str, DeltaInterval | None] | None = None) -> GateDecision:
-    """Apply `policy` to the evaluation metrics, the delta's interval, the release baseline and staleness,
-    and, when the INT8 model came from a search (`search`: its summary), to the search's verdict.
+    """Apply `policy` to the evaluation metrics, the delta's interval, the duel with the release and
+    staleness, and, when the INT8 model came from a search (`search`: its summary), to the search's verdict.
 
     Every runtime in `runtimes` (evaluate.runtimes; default: those the metrics hold, else onnxruntime) is
     judged by the same criteria, each against that runtime's threshold (a policy field may be a map by
-    runtime); the primary runtime's keep their plain names and are the only ones compared with the release.
-    `interval` is the primary runtime's, `intervals` any runtime's. The metrics' "task" decides what is
-    judged: text recognition adds cer_increase_pts per runtime.
+    runtime), and against the release on the duel's paired samples in that runtime (`release`: None when
+    nothing was released); the primary runtime's criteria keep their plain names. `interval` is the primary
+    runtime's, `intervals` any runtime's. The metrics' "task" decides what is judged: text recognition adds
+    cer_increase_pts and release_cer_increase_pts per runtime.
     """
     listed, primary = judged_runtimes(metrics, runtimes)
     intervals = {**(intervals or {}), **({primary: interval} if interval is not None else {})}
     task, task_problems = task_of_metrics(metrics)
     text = task == TEXT_RECOGNITION
     stale = (*stale, *task_problems, *_primary_problems(metrics, primary))
+    against_release, duel_summary = release_criteria(policy, release, listed, primary, text)
+    by_runtime = {runtime: [c for c in against_release if c.name in
+                            {criterion_name(runtime, primary, base) for base in RELEASE_CRITERIA}] for runtime in listed}
     own = _runtime_criteria(policy, primary, primary, metrics, intervals.get(primary), text)
-    others = [criterion for runtime in listed[1:] for criterion in _runtime_criteria(
-        policy, runtime, primary, runtime_metrics(metrics, runtime, primary), intervals.get(runtime), text).values()]
+    others = [criterion for runtime in listed[1:] for criterion in (*_runtime_criteria(
+        policy, runtime, primary, runtime_metrics(metrics, runtime, primary), intervals.get(runtime), text).values(),
+        *by_runtime[runtime])]
     criteria = (
         own["accuracy_drop_pts"], *((own[CER_INCREASE],) if text else ()), own["agreement"], own["int8_top1_pct"],
         own["delta_ci95_low_pts"],
-        _regression(policy, _number(metrics, "int8_top1_pct"), release, primary),
-        _criterion("stale_evidence", float(len(stale)), 0, "<=", "problems", "; ".join(stale)),
+        *by_runtime[primary],
+        criterion("stale_evidence", float(len(stale)), 0, "<=", "problems", "; ".join(stale)),
         own["speedup"],
         *others,
         *((_search(search),) if search is not None else ()),
@@ -277,7 +206,7 @@ def decide(policy: GatePolicy, metrics: dict, interval: DeltaInterval | None = N
     verdicts = runtime_verdicts([asdict(criterion) for criterion in criteria], listed, primary)
     evidence = {
         "delta_interval": None if intervals.get(primary) is None else asdict(intervals[primary]),
-        "release_baseline": None if release is None else asdict(release),
+        RELEASE_DUEL: duel_summary,
         "stale_problems": list(stale),
         PRIMARY_RUNTIME: primary,
         RUNTIMES: {runtime: {**verdict, "delta_interval": None if intervals.get(runtime) is None
@@ -287,14 +216,14 @@ def decide(policy: GatePolicy, metrics: dict, interval: DeltaInterval | None = N
 
 
 def gate(policy: GatePolicy, evaluation_metrics: dict, out_dir: Path,
-         predictions: Path | Mapping[str, Path | None] | None = None, release: ReleaseBaseline | None = None,
+         predictions: Path | Mapping[str, Path | None] | None = None, release: ReleaseDuel | None = None,
          stale: tuple[str, ...] = (), search: dict | None = None) -> GateDecision:
     """Decide and write the decision with the policy to `out_dir/gate.json`.
 
     `predictions` is the evaluate stage's predictions.npz (labels, fp32_pred, int8_pred) of the primary
     runtime, or {runtime: predictions file or None} for every runtime evaluate.runtimes lists (the
-    runtimes judged, in order); `release` the current release's INT8 top-1 (None when there is no
-    release), `stale` the reasons, found by the caller, why the metrics may not belong to this
+    runtimes judged, in order); `release` the duel stage's record and paired files against the current
+    release (None when there is no release), `stale` the reasons, found by the caller, why the metrics may not belong to this
     version's inputs, and `search` the quantize stage's search summary when quantize.strategy is 'search'.
     """
     listed = tuple(predictions) if isinstance(predictions, Mapping) else ()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 
-from quantgate.stages.gate.outputs import CRITERIA, PASSED, RELEASE_REGRESSION
+from quantgate.stages.gate.outputs import CRITERIA, PASSED, RELEASE_CRITERIA
 
 # The evaluate stage's keys for runtimes (issue 18's contract).
 RUNTIMES = "runtimes"
@@ -22,11 +22,11 @@ LIBRARY = "library"
 FP32_MODEL, INT8_MODEL, INT8_OPS = "fp32_model", "int8_model", "int8_ops"
 DEFAULT_RUNTIME = "onnxruntime"
 
-# Criteria judged once per runtime; RELEASE_REGRESSION is judged for the primary runtime only, whose
-# INT8 top-1 is what a later version's regression is measured against.
-# cer_increase_pts: text recognition only.
-PER_RUNTIME = ("accuracy_drop_pts", "cer_increase_pts", "agreement", "int8_top1_pct", "delta_ci95_low_pts", "speedup")
-PRIMARY_ONLY = (RELEASE_REGRESSION,)
+# Criteria judged once per runtime, the comparison with the release too (on the duel's paired samples in that
+# runtime). cer_increase_pts and release_cer_increase_pts: text recognition only.
+PER_RUNTIME = ("accuracy_drop_pts", "cer_increase_pts", "agreement", "int8_top1_pct", "delta_ci95_low_pts", "speedup",
+               *RELEASE_CRITERIA)
+PRIMARY_ONLY: tuple[str, ...] = ()
 
 # What the version record shows per runtime besides the evaluate stage's HEADLINE_METRICS.
 DESCRIPTIVE = (LIBRARY, FP32_MODEL, INT8_MODEL, INT8_OPS)
@@ -96,11 +96,11 @@ def gate_runtimes(gate_record: Mapping) -> tuple[tuple[str, ...], str]:
     return (primary, *(runtime for runtime in runtimes if runtime != primary)), primary
 
 
-def with_criterion(gate_record: Mapping, criterion) -> dict:
-    """`gate_record` with the criterion of the same name replaced by `criterion` (a Criterion), and the
-    version's and every runtime's verdict recomputed; used when publishing judges the regression again."""
-    replaced = asdict(criterion)
-    criteria = [replaced if c.get("name") == replaced["name"] else c for c in gate_record[CRITERIA]]
+def with_criterion(gate_record: Mapping, *replacements) -> dict:
+    """`gate_record` with each criterion of the same name as one of `replacements` (Criterion) replaced by it,
+    and the version's and every runtime's verdict recomputed; used when publishing judges the release again."""
+    replaced = {criterion.name: asdict(criterion) for criterion in replacements}
+    criteria = [replaced.get(c.get("name"), c) for c in gate_record[CRITERIA]]
     runtimes, primary = gate_runtimes(gate_record)
     verdicts = runtime_verdicts(criteria, runtimes, primary)
     previous = gate_record.get(RUNTIMES) if isinstance(gate_record.get(RUNTIMES), Mapping) else {}

@@ -50,27 +50,31 @@ def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def _right_or_wrong(item: GalleryItem) -> str:
+MODELS = ("FP32", "INT8")  # what the two predictions of an item are called (the duel's: release, this version)
+
+
+def _right_or_wrong(item: GalleryItem, names: tuple[str, str] = MODELS) -> str:
     said = {True: "right", False: "wrong"}
-    return f"FP32 {said[item.fp32 == item.truth]}, INT8 {said[item.int8 == item.truth]}"
+    return f"{names[0]} {said[item.fp32 == item.truth]}, {names[1]} {said[item.int8 == item.truth]}"
 
 
 def _caption_lines(item: GalleryItem, font: FontChoice, limit: int, truth: str,
-                   numbered: bool) -> list[tuple[str, str]]:
+                   numbered: bool, names: tuple[str, str] = MODELS) -> list[tuple[str, str]]:
     """(text, colour) lines under or beside one sample; `numbered` starts them with its table row."""
     if not font.draws_strings:
-        return [(f"#{item.number}: see table row {item.number}", TRUTH), (_right_or_wrong(item), TRUTH)]
+        return [(f"#{item.number}: see table row {item.number}", TRUTH), (_right_or_wrong(item, names), TRUTH)]
     number = f"#{item.number}  " if numbered else ""
-    return [(f"{number}FP32: {_short(item.fp32, limit)}", RIGHT if item.fp32 == item.truth else WRONG),
-            (f"INT8: {_short(item.int8, limit)}", RIGHT if item.int8 == item.truth else WRONG),
+    return [(f"{number}{names[0]}: {_short(item.fp32, limit)}", RIGHT if item.fp32 == item.truth else WRONG),
+            (f"{names[1]}: {_short(item.int8, limit)}", RIGHT if item.int8 == item.truth else WRONG),
             (f"{truth}: {_short(item.truth, limit)}", TRUTH)]
 
 
-def _figure(width: float, height: float, title: str, shown: int, total: int, what: str, font: FontChoice) -> Figure:
+def _figure(width: float, height: float, title: str, shown: int, total: int, what: str, font: FontChoice,
+            names: tuple[str, str] = MODELS) -> Figure:
     """A figure of `width` x `height` inches plus room for the title above and the legend below."""
     figure = Figure(figsize=(width, height + TOP + BOTTOM), dpi=DPI)
-    figure.text(0.5, 1 - 0.12 / (height + TOP + BOTTOM), f"{title}: {shown} of {total} test {what} where INT8 and "
-                "FP32 disagree", ha="center", va="top", fontsize=11)
+    figure.text(0.5, 1 - 0.12 / (height + TOP + BOTTOM), f"{title}: {shown} of {total} test {what} where {names[1]} and "
+                f"{names[0]} disagree", ha="center", va="top", fontsize=11)
     legend = ("green: matches the truth; red: does not; #N: row N of the report's table" if font.draws_strings else
               f"#N: row N of the report's table, which shows the strings ({font.statement_short()})")
     figure.text(0.5, 0.08 / (height + TOP + BOTTOM), legend, ha="center", va="bottom", fontsize=8, color="0.35")
@@ -102,13 +106,13 @@ def _caption(axes, lines: list[tuple[str, str]], x: float, y: float, ha: str, pr
 
 
 def classification_gallery(items: list[GalleryItem], total: int, font: FontChoice, out_file: Path,
-                           title: str) -> None:
+                           title: str, names: tuple[str, str] = MODELS) -> None:
     """A grid of images, each with its FP32 class, INT8 class and true class below it."""
     columns = min(CLASS_COLUMNS, len(items))
     rows = math.ceil(len(items) / columns)
     cell_width, image_size, caption_height = 1.9, 1.45, 0.6
     figure = _figure(cell_width * columns, (image_size + caption_height) * rows, title, len(items), total, "images",
-                     font)
+                     font, names)
     properties = font.properties(8)
     for k, item in enumerate(items):
         row, column = divmod(k, columns)
@@ -116,16 +120,17 @@ def classification_gallery(items: list[GalleryItem], total: int, font: FontChoic
                      row * (image_size + caption_height), image_size, image_size, framed=True)
         pixels, colours = viewable(item.image)
         axes.imshow(pixels, cmap=colours, interpolation="nearest")
-        caption = _caption_lines(item, font, CAPTION_CHARACTERS["classification"], "true", True)
+        caption = _caption_lines(item, font, CAPTION_CHARACTERS["classification"], "true", True, names)
         _caption(axes, caption, 0.5, -0.03, "center", properties)
     figure.savefig(out_file)
 
 
-def text_gallery(items: list[GalleryItem], total: int, font: FontChoice, out_file: Path, title: str) -> None:
+def text_gallery(items: list[GalleryItem], total: int, font: FontChoice, out_file: Path, title: str,
+                 names: tuple[str, str] = MODELS) -> None:
     """One test line per row: the line image on the left, FP32, INT8 and the reference on the right."""
     margin, image_width, row_height, text_width = 0.45, 5.0, 0.8, 4.6
     figure = _figure(margin + image_width + 0.25 + text_width, row_height * len(items), title, len(items), total,
-                     "lines", font)
+                     "lines", font, names)
     properties = font.properties(10)
     for k, item in enumerate(items):
         pixels, colours = viewable(item.image)
@@ -135,6 +140,6 @@ def text_gallery(items: list[GalleryItem], total: int, font: FontChoice, out_fil
         image_axes.annotate(f"#{item.number}", (0, 0.5), xycoords="axes fraction", xytext=(-6, 0),
                             textcoords="offset points", ha="right", va="center", fontsize=9, color=TRUTH)
         text_axes = _axes(figure, margin + image_width + 0.25, k * row_height + 0.08, text_width, row_height - 0.16)
-        caption = _caption_lines(item, font, CAPTION_CHARACTERS["text_recognition"], "ref ", False)
+        caption = _caption_lines(item, font, CAPTION_CHARACTERS["text_recognition"], "ref ", False, names)
         _caption(text_axes, caption, 0.0, 1.0, "left", properties)
     figure.savefig(out_file)

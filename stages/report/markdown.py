@@ -22,10 +22,12 @@ from quantgate.stages.evaluate.outputs import (
     PREDICTIONS_FILE,
     RUNTIMES,
 )
-from quantgate.stages.report.classification_report import classification_sections
+from quantgate.stages.gate.outputs import RELEASE_DUEL
+from quantgate.stages.report.classification_report import class_names, classification_sections
 from quantgate.stages.report.outputs import DISAGREEMENTS, FONT, REPORT_FILE, RUNTIMES_PLOT, TRAINING_PLOT
 from quantgate.stages.report.plots import runtimes_plot, training_plot
 from quantgate.stages.report.predictions import TEST_SPLIT, read_predictions
+from quantgate.stages.report.release_section import release_sections
 from quantgate.stages.report.runtimes import cpu_line, latency_by_runtime, primary_of, runtimes_table
 from quantgate.stages.report.text_report import text_sections
 from quantgate.stages.tasks import TEXT_RECOGNITION, task_of
@@ -191,9 +193,10 @@ def _training_lines(train_metrics: dict) -> list[str]:
 
 
 def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metrics: dict,
-                    where: dict[str, str], search: dict | None = None, task_lines: list[str] = ()) -> str:
-    """The report as markdown; `task_lines` are the task's sections (see TaskSections), `where` maps labels to
-    locations (paths, commands) shown at the end."""
+                    where: dict[str, str], search: dict | None = None, task_lines: list[str] = (),
+                    release_lines: list[str] = ()) -> str:
+    """The report as markdown; `task_lines` are the task's sections (see TaskSections), `release_lines` the
+    comparison with the release, `where` maps labels to locations (paths, commands) shown at the end."""
     passed = gate_record.get("passed") is True
     outcome = ("The gate passed: this version may become `release`." if passed else
                "The gate failed: `release` does not move to this version; it is kept for inspection.")
@@ -203,6 +206,7 @@ def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metri
     side_by_side = runtimes_table(evaluation, gate_record)
     lines += [*side_by_side, "", f"![Latency per runtime, FP32 vs INT8]({RUNTIMES_PLOT})", ""] if side_by_side else []
     lines += _gate_table(gate_record) + [""]
+    lines += [*release_lines, ""] if release_lines else []
     lines += [*_search_lines(search), ""] if search else []
     lines += [*task_lines, ""] if task_lines else []
     lines += _training_lines(train_metrics) + [""]
@@ -212,11 +216,13 @@ def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metri
 
 def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict, steps_csv: Path | None,
            where: dict[str, str], out_dir: Path, search: dict | None = None, *, data_dir: Path,
-           evaluate_dir: Path) -> ReportResult:
+           evaluate_dir: Path, duel_dir: Path | None = None, duel_record: dict | None = None) -> ReportResult:
     """Write report.md and its pictures into `out_dir`: training.png (`steps_csv` None: a model trained
     elsewhere, whose `train_metrics` are the source stage's); per_class.png and confusion.png for
     classification; disagreements.png when INT8 and FP32 disagree on a test sample; runtimes.png for
-    several runtimes. `data_dir` and `evaluate_dir` are the data and evaluate stages' folders.
+    several runtimes; vs_release.png when the release (the duel stage's `duel_record`, its folder `duel_dir`)
+    and this version disagree on a paired sample. `data_dir` and `evaluate_dir` are the data and evaluate
+    stages' folders.
 
     Raises:
         ValueError: the training steps are empty or unreadable.
@@ -240,8 +246,14 @@ def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict,
         plots.append(RUNTIMES_PLOT)
     shown = {ACCURACY_METRIC: task.accuracy_name, **evaluation}  # records from before tasks lack the name
     task_lines = [*sections.lines, "", *sections.font_lines()]
+    names = class_names(data, predictions)
+    release_lines, release_plots, _ = release_sections(
+        duel_record, gate_record.get(RELEASE_DUEL), duel_dir, data, primary_of(evaluation),
+        (lambda values: [str(v) for v in values]) if data.is_text else (lambda values: [names[int(k)] for k in values]),
+        out_dir, title)
+    plots += release_plots
     (out_dir / REPORT_FILE).write_text(render_markdown(title, shown, gate_record, train_metrics, where, search,
-                                                       task_lines))
+                                                       task_lines, release_lines))
     metrics = {"report_file": REPORT_FILE, "plots": plots, FONT: sections.font.name if sections.font.draws_strings
                else None, DISAGREEMENTS: sections.disagreements}
     return ReportResult(REPORT_FILE, tuple(plots), metrics)

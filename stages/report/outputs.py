@@ -14,6 +14,7 @@ PER_CLASS_PLOT = "per_class.png"  # classification only: top-1 per class makes n
 CONFUSION_PLOT = "confusion.png"  # classification only
 DISAGREEMENTS_PLOT = "disagreements.png"  # the test samples where INT8 and FP32 disagree, when there are any
 RUNTIMES_PLOT = "runtimes.png"  # only for a version evaluated in more than one runtime
+RELEASE_DUEL_PLOT = "vs_release.png"  # the paired samples where the release and this version disagree, if any
 
 # The pictures each task draws whenever it runs (besides TRAINING_PLOT, which every report draws).
 PLOTS = {
@@ -30,5 +31,5 @@ OUTPUTS = StageOutputs(
     description="report.md with the run's numbers, the gate's verdicts, the INT8 vs FP32 disagreements and PNG plots",
     files=(REPORT_FILE, TRAINING_PLOT),
     metrics=("report_file", "plots", FONT, DISAGREEMENTS),
-    optional_files=(PER_CLASS_PLOT, CONFUSION_PLOT, DISAGREEMENTS_PLOT, RUNTIMES_PLOT),
+    optional_files=(PER_CLASS_PLOT, CONFUSION_PLOT, DISAGREEMENTS_PLOT, RUNTIMES_PLOT, RELEASE_DUEL_PLOT),
 )

@@ -21,12 +21,47 @@ def release_history(entries: list[dict]) -> list[str]:
     return stack
 
 
-def version_with_evaluation(store, commit_stage, int8_top1: float, status: str | None = "passed"):
-    """A version with data, evaluate (INT8 top-1 `int8_top1`) and a passing gate, finalized as `status` unless None."""
+def digits_test_split(tmp_path_factory) -> Path:
+    """A real data stage of the built-in digits (the same split for every version below)."""
+    from quantgate.config import DataConfig
+    from quantgate.stages.data import prepare_data
+
+    folder = tmp_path_factory.mktemp("data")
+    prepare_data(DataConfig(), folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def digits_data(tmp_path_factory) -> Path:
+    return digits_test_split(tmp_path_factory)
+
+
+def version_with_evaluation(store, commit_stage, int8_top1: float, status: str | None = "passed", data=None):
+    """A version with data, evaluate (INT8 top-1 about `int8_top1` on the digits' 360 test samples, predictions
+    naming their samples) and a passing gate, finalized as `status` unless None."""
+    import io
+
+    import numpy as np
+
+    from quantgate.stages.data import open_data
+    from quantgate.stages.data.sample_ids import sample_ids
+
     version = store.create_version("m")
-    data = commit_stage(version, "data", {"splits.npz": b"split"})
-    evaluate = commit_stage(version, "evaluate", {"predictions.npz": b"preds"}, {"int8_top1_pct": int8_top1},
-                            inputs={"data": data})
+    files = {name.name: name.read_bytes() for name in Path(data).iterdir()} if data else {"splits.npz": b"split"}
+    data_ref = commit_stage(version, "data", files)
+    evaluate_files = {"predictions.npz": b"preds"}
+    if data:
+        stored = open_data(data)
+        labels = stored.references("test")
+        predicted = labels.copy()
+        wrong = np.arange(len(labels))[: round(len(labels) * (100 - int8_top1) / 100)]
+        predicted[wrong] = (predicted[wrong] + 1) % 10
+        int8_top1 = 100.0 * float(np.mean(predicted == labels))
+        buffer = io.BytesIO()
+        np.savez(buffer, labels=labels, fp32_pred=predicted, int8_pred=predicted, sample_ids=sample_ids(stored, "test"))
+        evaluate_files = {"predictions.npz": buffer.getvalue()}
+    evaluate = commit_stage(version, "evaluate", evaluate_files,
+                            {"int8_top1_pct": int8_top1, "primary_runtime": "onnxruntime"}, inputs={"data": data_ref})
     if status is not None:
         commit_stage(version, "gate", {"gate.json": b"{}"}, {"passed": True, "criteria": []},
                      inputs={"evaluate": evaluate})
@@ -45,34 +80,38 @@ def wait_for(path: Path, process: subprocess.Popen, seconds: float = 60.0) -> No
 # One run's last two steps, as the release flow takes them: read the release baseline and gate
 # against it, then (once the test opens the barrier) publish: finalize and move the aliases.
 _GATE_THEN_PUBLISH = """
-import sys, time
+import sys, tempfile, time
 from pathlib import Path
 from quantgate.artifacts import ArtifactStore
 from quantgate.config import GatePolicy
-from quantgate.flows.evidence import release_baseline
+from quantgate.flows.duel import score_release_now
 from quantgate.flows.release import publish_record
 from quantgate.stages.gate import decide
 
 root, version, int8 = sys.argv[1], sys.argv[2], float(sys.argv[3])
 store = ArtifactStore(root)
+ref = store.version("m", version)
 policy = GatePolicy(min_speedup=0.0, require_ci_within_drop=False, max_release_regression=5.0)
 metrics = {"fp32_top1_pct": int8, "int8_top1_pct": int8, "agreement": 1.0, "speedup_int8_vs_fp32": 2.0}
-decision = decide(policy, metrics, release=release_baseline(store, "m"))
+with tempfile.TemporaryDirectory() as scratch:  # the duel stage, against the release there is now
+    duel = score_release_now(store, store.stage_ref(ref, "data"), store.stage_ref(ref, "evaluate"),
+                             store.alias("m", "release"), Path(scratch))
+    decision = decide(policy, metrics, release=duel)
 Path(root, "read-" + version).touch()
 while not Path(root, "go-" + version).exists():
     time.sleep(0.02)
 record = {"status": "passed" if decision.passed else "failed", "gate": decision.metrics, "metrics": metrics}
-final = publish_record(store, store.version("m", version), record, policy)
+final = publish_record(store, ref, record, policy)
 print(final["status"])
 """
 
 
-def test_two_runs_publishing_at_once_never_release_a_worse_run_nor_move_latest_back(store, commit_stage):
-    version_with_evaluation(store, commit_stage, 85.0)
+def test_two_runs_publishing_at_once_never_release_a_worse_run_nor_move_latest_back(store, commit_stage, digits_data):
+    version_with_evaluation(store, commit_stage, 85.0, data=digits_data)
     store.set_alias("m", "release", "v1")
     store.set_alias("m", "latest", "v1")
-    version_with_evaluation(store, commit_stage, 80.0, status=None)  # v2: 5 pts below v1, allowed
-    version_with_evaluation(store, commit_stage, 90.0, status=None)  # v3: better than both
+    version_with_evaluation(store, commit_stage, 80.0, status=None, data=digits_data)  # v2: 5 pts below v1, allowed
+    version_with_evaluation(store, commit_stage, 90.0, status=None, data=digits_data)  # v3: better than both
     runs = {version: subprocess.Popen([sys.executable, "-c", _GATE_THEN_PUBLISH, str(store.root), version, int8],
                                       stdout=subprocess.PIPE, text=True)
             for version, int8 in (("v2", "80"), ("v3", "90"))}
@@ -90,9 +129,11 @@ def test_two_runs_publishing_at_once_never_release_a_worse_run_nor_move_latest_b
     record = store.version_record(store.version("m", "v2"))
     regression = next(c for c in record["gate"]["criteria"] if c["name"] == "release_regression_pts")
     assert record["status"] == "failed" and record["gate"]["passed"] is False
-    assert regression["passed"] is False and regression["measured"] == pytest.approx(10.0)
+    # Judged again on the same 360 test samples, v3's stored predictions paired with v2's (no model run).
+    assert regression["passed"] is False and regression["measured"] == pytest.approx(10.0, abs=0.3)
     assert "judged again: release moved from v1 to v3" in regression["note"]
-    assert record["gate"]["release_baseline"]["version"] == "v3"
+    assert regression["note"].startswith("paired on 360 samples")
+    assert record["gate"]["release_duel"]["version"] == "v3"
     assert [(e["alias"], e["from"], e["to"]) for e in store.audit_log("m")][-2:] == [
         ("latest", "v1", "v3"), ("release", "v1", "v3")]
 

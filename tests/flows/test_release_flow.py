@@ -29,12 +29,14 @@ def test_a_passing_run_is_committed_hashed_and_released(store_with_release):
     assert store.alias("digits-cnn", "release") == "v1" == store.alias("digits-cnn", "latest")
     version_dir = root / "digits-cnn" / "versions" / "v1"
     # run.log: what the libraries printed while the stages ran (Paddle's C++ logging, paddle2onnx, PaddleSlim)
-    assert sorted(p.name for p in version_dir.iterdir()) == sorted([*STAGES, "checkpoints", "version.json",
+    # No source stage (trained here) and no duel (nothing was released before v1).
+    ran = [stage for stage in STAGES if stage not in ("source", "duel")]
+    assert sorted(p.name for p in version_dir.iterdir()) == sorted([*ran, "checkpoints", "version.json",
                                                                     RUN_LOG_FILE])
     assert "[Paddle2ONNX]" in (version_dir / RUN_LOG_FILE).read_text()
     assert not list(version_dir.glob(".staging-*")) and not list(version_dir.glob("checkpoints/*/.staging-*"))
 
-    for stage in STAGES:
+    for stage in ran:
         manifest = json.loads((version_dir / stage / "manifest.json").read_text())
         assert manifest["stage"] == stage and manifest["version"] == "v1"
         on_disk = {p.relative_to(version_dir / stage).as_posix() for p in (version_dir / stage).rglob("*")
@@ -68,9 +70,17 @@ def test_a_policy_the_run_cannot_meet_fails_and_leaves_release(store_with_releas
     assert gate["passed"] is False
     failed = [c for c in gate["criteria"] if not c["passed"]]
     assert [c["name"] for c in failed] == ["int8_top1_pct", "release_regression_pts"]
-    assert failed[0]["threshold"] == 100.0 and failed[1]["note"].startswith("vs release v1")
-    assert gate["release_baseline"]["version"] == "v1" and gate["release_baseline"]["int8_top1_pct"] > 85
-    assert failed[1]["measured"] == gate["release_baseline"]["int8_top1_pct"] - gate["criteria"][2]["measured"]
+    # Judged against v1 on the same 360 test samples, v1's stored predictions reused (v1 not run again).
+    assert failed[0]["threshold"] == 100.0 and failed[1]["note"].startswith("paired on 360 samples")
+    duel = gate["release_duel"]
+    assert duel["version"] == "v1" and duel["paired_samples"] == 360 and duel["dropped_overlap"] == 0
+    paired = duel["runtimes"]["onnxruntime"]
+    assert paired["release_predictions"] == "the release's stored evaluation" and paired["scored_samples"] == 0
+    v1 = store.version_record(store.version("digits-cnn", "v1"))["metrics"]["int8_top1_pct"]
+    assert paired["release_int8_top1_pct"] == pytest.approx(v1) and v1 > 85  # the same split: v1's own number
+    assert failed[1]["measured"] == pytest.approx(v1 - gate["criteria"][2]["measured"])
+    report = (root / "digits-cnn" / "versions" / "v2" / "report" / "report.md").read_text()
+    assert "## vs release v1 (the same test samples)" in report and "vs_release.png" in report
     assert {info.version: info.status for info in store.versions("digits-cnn")}["v2"] == "failed"
 
 

@@ -59,7 +59,8 @@ def test_a_corrupted_earlier_stage_is_never_reused_and_fails_the_release_compari
     assert "export: computed" in rerun.stderr
     # v1 is the current release, and the gate fails closed on a release it cannot verify.
     assert rerun.returncode == 1, rerun.stderr[-3000:]
-    assert "release v1's INT8 top-1 is unusable: digits-cnn/versions/v1/export/model.pdiparams" in rerun.stderr
+    # The duel's inputs (v1's convert, made from the damaged export) no longer verify: nothing of v1 is trusted.
+    assert "release v1 cannot be compared with: digits-cnn/versions/v1/export/model.pdiparams" in rerun.stderr
     export = json.loads((versions_dir(store) / "v2" / "export" / "manifest.json").read_text())
     assert export["reused_from"] is None
     # The damage stays visible: committed data is never rewritten, only reported.

@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ import pytest
 from quantgate.artifacts import ArtifactStore
 from quantgate.cli import main
 from quantgate.config import GatePolicy
-from quantgate.flows.evidence import gate_evidence, release_baseline
+from quantgate.flows.duel import release_model, score_release_now
+from quantgate.flows.evidence import gate_evidence
 from quantgate.stages.gate.decision import gate
 
 MODEL = "digits-cnn"
@@ -30,8 +32,10 @@ def add_version(store: ArtifactStore, stage_dirs, policy: GatePolicy) -> str:
             writer.metrics.update(stage_dirs.results[stage].metrics)
         refs[stage] = writer.ref
     metrics, predictions, stale = gate_evidence(store, refs["evaluate"])
-    with store.write_stage(version, "gate", policy.model_dump(mode="json"), {"evaluate": refs["evaluate"]}) as writer:
-        decision = gate(policy, metrics, writer.dir, predictions, release_baseline(store, MODEL), stale)
+    with (tempfile.TemporaryDirectory() as scratch,
+          store.write_stage(version, "gate", policy.model_dump(mode="json"), {"evaluate": refs["evaluate"]}) as writer):
+        duel = score_release_now(store, refs["data"], refs["evaluate"], store.alias(MODEL, "release"), Path(scratch))
+        decision = gate(policy, metrics, writer.dir, predictions, duel, stale)
         writer.metrics.update(decision.metrics)
     status = "passed" if decision.passed else "failed"
     store.finalize_version(version, {"status": status, "gate": decision.metrics,
@@ -74,7 +78,7 @@ def test_a_failed_version_is_refused_then_released_after_deciding_it_again(store
     assert "digits-cnn/v2: gate PASSED (decided again)" in out and "decisions/0001.json" in out
     decision = json.loads((v2 / "decisions" / "0001.json").read_text())
     assert decision["gate"]["passed"] is True and decision["gate"]["policy"]["min_int8_accuracy"] == 0
-    assert decision["gate"]["release_baseline"]["version"] == "v3"
+    assert decision["gate"]["release_duel"]["version"] == "v3"
     assert all(path.read_bytes() == data for path, data in frozen.items())  # the old record is immutable
 
     assert quantgate(store, "promote", "v2", "--reason", "floor was a typo") == 0
@@ -134,13 +138,13 @@ def test_a_release_that_cannot_be_verified_fails_the_regression_criterion(store,
     os.chmod(manifest, 0o644)
     manifest.write_bytes(original.replace(b'"int8_top1_pct": ', b'"int8_top1_pct": 1'))
     try:
-        baseline = release_baseline(store, MODEL)
-        assert baseline.version == released and baseline.int8_top1_pct is None
-        assert "changed after it was committed" in baseline.problem
+        model, _ = release_model(store, MODEL, released)
+        assert "its evaluate stage is unusable" in model.problem and "changed after it was committed" in model.problem
         other = "v3" if released != "v3" else "v1"
         assert quantgate(store, "gate", other, "--set", "gate.max_release_regression=100") == 1
         out = capsys.readouterr().out
-        assert f"release_regression_pts = missing pts (must be <= 100) FAILED: release {released}'s INT8 top-1 is unusable" in out
+        assert (f"release_regression_pts = missing pts (must be <= 100) FAILED: release {released} cannot be scored "
+                "on this version's test samples: its evaluate stage is unusable") in out
     finally:
         manifest.write_bytes(original)
         os.chmod(manifest, 0o444)

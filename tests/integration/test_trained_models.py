@@ -138,7 +138,7 @@ def test_bundle_of_the_imported_recognizer_reads_a_rendered_line_exactly(quantga
 
 def test_direction_classifier_is_imported_with_its_class_list_and_resize_pad(quantgate_cli, models, tmp_path):
     folder = tmp_path / "directions"
-    render_direction_lines(folder, 40, seed=5)
+    turned = render_direction_lines(folder, 40, seed=5)["180"]
     config = {"model_name": "ppocr-cls", "trained_model": {"path": str(models.cls)},
               "data": {"dataset": "image_folder", "path": str(folder), "class_names": ["0", "180"],
                        "num_workers": 0, "transforms": PADDLEOCR_CLS},
@@ -149,6 +149,15 @@ def test_direction_classifier_is_imported_with_its_class_list_and_resize_pad(qua
     record = ArtifactStore(tmp_path / "store").version_record(ArtifactStore(tmp_path / "store").version("ppocr-cls", "v1"))
     assert record["metrics"]["fp32_top1_pct"] >= 95.0 and record["metrics"]["agreement"] >= 0.95
     assert record["preprocessing"]["input_shape"] == [3, 48, 192]
+    bundle = tmp_path / "bundle"
+    made = quantgate_cli.run("bundle", "--store", str(tmp_path / "store"), "--model", "ppocr-cls", "--out",
+                             str(bundle), "release")
+    assert made.returncode == 0, made.stdout + made.stderr
+    read = quantgate_cli.run("predict", str(bundle), str(turned[0]))
+    assert read.returncode == 0, read.stdout + read.stderr
+    top_class, top_probability = read.stdout.strip().splitlines()[-1].split(": ", 1)[1].split()[:2]
+    # The model ends in softmax: its probabilities are shown as they are (a softmax of them would stay < 0.74).
+    assert top_class == "180" and float(top_probability) > 0.9
 
 
 def test_a_model_that_does_not_fit_exits_2_before_a_version_exists(quantgate_cli, models, lines, tmp_path):

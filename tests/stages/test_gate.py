@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 
 from quantgate.config import ConfigError, GatePolicy, validate_config
-from quantgate.stages.gate.decision import ReleaseBaseline, decide, gate, paired_bootstrap_delta
+from quantgate.flows.duel import evidence
+from quantgate.stages.duel import outputs as duel
+from quantgate.stages.gate.decision import ReleaseDuel, decide, gate, paired_bootstrap_delta
 
 GOOD = {"fp32_top1_pct": 97.5, "int8_top1_pct": 97.0, "agreement": 0.99, "speedup_int8_vs_fp32": 1.8}
 
@@ -51,24 +53,56 @@ def test_stale_evidence_fails_the_gate_and_says_why():
     assert stale.verdict == "fail" and stale.measured == 1 and "convert manifest changed" in stale.note
 
 
-def test_regression_vs_release_is_not_applicable_without_a_release_and_checked_with_one():
+def duel_against(folder, version: str, release_right: int, candidate_right: int, samples: int = 200) -> ReleaseDuel:
+    """A duel record and its paired file: the release right on the first `release_right` samples, this
+    version on the first `candidate_right`."""
+    references = np.zeros(samples, np.int64)
+    release_pred, candidate_pred = np.ones(samples, np.int64), np.ones(samples, np.int64)
+    release_pred[:release_right], candidate_pred[:candidate_right] = 0, 0
+    folder.mkdir(parents=True, exist_ok=True)
+    np.savez(folder / "paired_onnxruntime.npz", rows=np.arange(samples), sample_ids=np.arange(samples).astype(str),
+             references=references, release_pred=release_pred, candidate_pred=candidate_pred)
+    numbers = {duel.RELEASE_INT8_TOP1: 100 * release_right / samples,
+               duel.CANDIDATE_INT8_TOP1: 100 * candidate_right / samples}
+    numbers[duel.REGRESSION] = numbers[duel.RELEASE_INT8_TOP1] - numbers[duel.CANDIDATE_INT8_TOP1]
+    record = {duel.STATUS: duel.PAIRED, duel.PAIRED_SAMPLES: samples, duel.TEST_SAMPLES: samples,
+              duel.DROPPED_OVERLAP: 0, duel.PAIRED_FINGERPRINT: "ab" * 32,
+              duel.RUNTIMES: {"onnxruntime": {**numbers, duel.PAIRED_FILE: "paired_onnxruntime.npz"}}}
+    return evidence(version, record, folder)
+
+
+def test_regression_vs_release_is_not_applicable_without_a_release_and_checked_with_one(tmp_path):
     first = by_name(decide(GatePolicy(), GOOD))["release_regression_pts"]
     assert first.verdict == "not_applicable" and first.passed and "no release" in first.note
     assert first.describe() == "release_regression_pts: not applicable (no release version yet, nothing to compare with)"
 
-    within = decide(GatePolicy(max_release_regression=1.0), GOOD, release=ReleaseBaseline("v4", 97.8))
-    assert within.passed and by_name(within)["release_regression_pts"].measured == pytest.approx(0.8)
+    release = duel_against(tmp_path, "v4", release_right=196, candidate_right=194)  # 98 % vs 97 % on the same 200
+    within = decide(GatePolicy(max_release_regression=1.0), GOOD, release=release)
+    assert within.passed and by_name(within)["release_regression_pts"].measured == pytest.approx(1.0)
 
-    worse = decide(GatePolicy(max_release_regression=0.5), GOOD, release=ReleaseBaseline("v4", 97.8))
+    worse = decide(GatePolicy(max_release_regression=0.5), GOOD, release=release)
     regression = by_name(worse)["release_regression_pts"]
-    assert not worse.passed and regression.verdict == "fail" and "release v4" in regression.note
+    assert not worse.passed and regression.verdict == "fail" and "vs release v4" in regression.note
+    assert regression.note.startswith("paired on 200 samples")
+    # With require_ci_within_drop the paired interval's upper bound must clear the threshold too.
+    strict = decide(GatePolicy(max_release_regression=1.0, require_ci_within_drop=True), GOOD, release=release)
+    assert not by_name(strict)["release_regression_pts"].passed and "upper bound" in by_name(strict)[
+        "release_regression_pts"].note
 
 
-def test_an_unverifiable_release_baseline_fails_closed():
-    baseline = ReleaseBaseline("v4", None, "evaluate/manifest.json changed after it was committed")
-    decision = decide(GatePolicy(max_release_regression=100), GOOD, release=baseline)
+def test_an_unverifiable_release_fails_closed():
+    release = ReleaseDuel("v4", problem="duel/manifest.json changed after it was committed")
+    decision = decide(GatePolicy(max_release_regression=100), GOOD, release=release)
     regression = by_name(decision)["release_regression_pts"]
     assert not decision.passed and regression.measured is None and "changed after it was committed" in regression.note
+
+
+def test_paired_numbers_the_paired_file_does_not_reproduce_fail_closed(tmp_path):
+    release = duel_against(tmp_path, "v4", release_right=196, candidate_right=196)
+    forged = ReleaseDuel("v4", {**release.metrics, duel.RUNTIMES: {"onnxruntime": {
+        **release.metrics[duel.RUNTIMES]["onnxruntime"], duel.RELEASE_INT8_TOP1: 90.0}}}, release.paired)
+    regression = by_name(decide(GatePolicy(), GOOD, release=forged))["release_regression_pts"]
+    assert not regression.passed and "does not match the paired file" in regression.note
 
 
 def paired_predictions(n: int, fp32_wrong: float, int8_wrong: float, seed: int = 3):

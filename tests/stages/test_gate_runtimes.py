@@ -8,12 +8,15 @@ import pytest
 
 from quantgate.artifacts import ArtifactStore
 from quantgate.config import GatePolicy, validate_config
-from quantgate.flows.evidence import baseline_of, gate_evidence
+from quantgate.flows.duel import evidence
+from quantgate.flows.evidence import gate_evidence
+from quantgate.stages.duel import outputs as duel
 from quantgate.stages.evaluate.outputs import HEADLINE_METRICS
-from quantgate.stages.gate.decision import Criterion, ReleaseBaseline, decide, gate
+from quantgate.stages.gate.decision import Criterion, decide, gate
 from quantgate.stages.gate.runtimes import runtime_headlines, with_criterion, with_verdicts
 
-PER_RUNTIME = ("accuracy_drop_pts", "agreement", "int8_top1_pct", "delta_ci95_low_pts", "speedup")
+PER_RUNTIME = ("accuracy_drop_pts", "agreement", "int8_top1_pct", "delta_ci95_low_pts", "speedup",
+               "release_regression_pts")
 ORT = {"fp32_top1_pct": 97.5, "int8_top1_pct": 97.0, "accuracy_delta_pts": -0.5, "agreement": 0.99,
        "latency_ms_p50_fp32": 2.0, "latency_ms_p50_int8": 1.0, "speedup_int8_vs_fp32": 2.0,
        "model_bytes_fp32": 4000, "model_bytes_int8": 1000}
@@ -71,26 +74,44 @@ def test_a_listed_runtime_without_metrics_fails_closed():
     assert not by_name(required)["openvino.delta_ci95_low_pts"].passed
 
 
-def test_only_the_primary_runtime_is_compared_with_the_release():
+def paired_duel(folder: Path, version: str, accuracy: dict[str, tuple[int, int]], samples: int = 200):
+    """A duel record with one paired file per runtime: {runtime: (release right, this version right)}."""
+    folder.mkdir(parents=True, exist_ok=True)
+    runtimes = {}
+    for runtime, (release_right, candidate_right) in accuracy.items():
+        release_pred, candidate_pred = np.ones(samples, np.int64), np.ones(samples, np.int64)
+        release_pred[:release_right], candidate_pred[:candidate_right] = 0, 0
+        np.savez(folder / f"paired_{runtime}.npz", rows=np.arange(samples), sample_ids=np.arange(samples).astype(str),
+                 references=np.zeros(samples, np.int64), release_pred=release_pred, candidate_pred=candidate_pred)
+        runtimes[runtime] = {duel.PAIRED_FILE: f"paired_{runtime}.npz",
+                             duel.RELEASE_INT8_TOP1: 100 * release_right / samples,
+                             duel.CANDIDATE_INT8_TOP1: 100 * candidate_right / samples,
+                             duel.REGRESSION: 100 * (release_right - candidate_right) / samples}
+    return evidence(version, {duel.STATUS: duel.PAIRED, duel.PAIRED_SAMPLES: samples, duel.TEST_SAMPLES: samples,
+                              duel.RUNTIMES: runtimes}, folder)
+
+
+def test_every_runtime_is_compared_with_the_release_on_the_same_samples(tmp_path):
     metrics = evaluation(openvino={**OPENVINO, "int8_top1_pct": 90.0})
-    decision = decide(GatePolicy(min_agreement=0, max_accuracy_drop=100), metrics,
-                      release=ReleaseBaseline("v4", 97.5, runtime="onnxruntime"), runtimes=("onnxruntime", "openvino"))
+    release = paired_duel(tmp_path, "v4", {"onnxruntime": (196, 195), "openvino": (196, 190)})
+    decision = decide(GatePolicy(min_agreement=0, max_accuracy_drop=100), metrics, release=release,
+                      runtimes=("onnxruntime", "openvino"))
     regression = [c for c in decision.criteria if c.name.endswith("release_regression_pts")]
-    assert [c.name for c in regression] == ["release_regression_pts"]
-    assert regression[0].measured == pytest.approx(0.5) and regression[0].note == "vs release v4 (INT8 97.50 %)"
-    assert decision.passed
+    assert [c.name for c in regression] == ["release_regression_pts", "openvino.release_regression_pts"]
+    assert regression[0].measured == pytest.approx(0.5) and regression[0].passed
+    assert regression[1].measured == pytest.approx(3.0) and not regression[1].passed
+    assert regression[0].note.startswith("paired on 200 samples") and "vs release v4" in regression[0].note
+    assert decision.runtimes["openvino"]["failed"] == ["openvino.release_regression_pts"]
 
 
-def test_without_onnxruntime_the_first_listed_runtime_is_primary():
-    metrics = {**OPENVINO, "primary_runtime": "openvino",
-               "runtimes": {"openvino": OPENVINO, "paddle_inference": {**OPENVINO, "agreement": 0.5}}}
-    decision = decide(GatePolicy(), metrics, release=ReleaseBaseline("v4", 97.0, runtime="onnxruntime"),
-                      runtimes=("openvino", "paddle_inference"))
-    assert [c.name for c in decision.failed] == ["paddle_inference.agreement"]
-    assert decision.evidence["primary_runtime"] == "openvino" and list(decision.runtimes) == ["openvino",
-                                                                                             "paddle_inference"]
-    assert by_name(decision)["release_regression_pts"].note == (
-        "vs release v4 (INT8 97.00 %, measured in onnxruntime, this version in openvino)")
+def test_a_runtime_the_duel_did_not_score_fails_closed(tmp_path):
+    metrics = {**OPENVINO, "primary_runtime": "openvino", "runtimes": {"openvino": OPENVINO,
+                                                                       "paddle_inference": OPENVINO}}
+    release = paired_duel(tmp_path, "v4", {"openvino": (196, 196)})
+    decision = decide(GatePolicy(), metrics, release=release, runtimes=("openvino", "paddle_inference"))
+    assert [c.name for c in decision.failed] == ["paddle_inference.release_regression_pts"]
+    assert "has no readable paddle_inference scores" in decision.failed[0].note
+    assert decision.evidence["primary_runtime"] == "openvino"
 
 
 def test_top_level_metrics_of_another_runtime_are_stale():
@@ -199,15 +220,6 @@ def test_the_evidence_names_every_listed_runtimes_predictions(tmp_path):
     assert list(gate_evidence(store, old)[1]) == ["onnxruntime"]
 
 
-def test_a_release_baseline_says_which_runtime_measured_it(tmp_path):
-    store = ArtifactStore(tmp_path / "store")
-    arrays = {"labels": np.arange(4), "fp32_pred": np.arange(4), "int8_pred": np.arange(4)}
-    ref = commit_evaluation(store, ("openvino",), {**OPENVINO, "primary_runtime": "openvino"},
-                            {"predictions.npz": arrays})
-    store.finalize_version(store.version("m", ref.version), {"status": "passed"})
-    assert baseline_of(store, "m", ref.version) == ReleaseBaseline(ref.version, 97.2, runtime="openvino")
-
-
 def test_deciding_a_stored_version_again_judges_every_runtime_it_was_evaluated_in(tmp_path, capsys):
     from quantgate.cli import main
 
@@ -270,7 +282,7 @@ def test_every_per_runtime_threshold_may_differ_by_runtime_and_the_interval_foll
     assert {name: criteria[name].threshold for name in criteria if name.startswith("paddle_inference.")} == {
         "paddle_inference.accuracy_drop_pts": 4.0, "paddle_inference.agreement": 0.9,
         "paddle_inference.int8_top1_pct": 90.0, "paddle_inference.delta_ci95_low_pts": -4.0,
-        "paddle_inference.speedup": 1.0}
+        "paddle_inference.speedup": 1.0, "paddle_inference.release_regression_pts": 1.0}  # one number for all
     assert (criteria["accuracy_drop_pts"].threshold, criteria["delta_ci95_low_pts"].threshold) == (1.0, -1.0)
     assert criteria["paddle_inference.accuracy_drop_pts"].passed and criteria["paddle_inference.agreement"].passed
 

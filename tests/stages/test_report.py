@@ -1,7 +1,11 @@
 import struct
 
 from quantgate.config import GatePolicy
-from quantgate.stages.gate.decision import ReleaseBaseline, gate
+import numpy as np
+
+from quantgate.flows.duel import evidence
+from quantgate.stages.duel import ReleaseModel, duel
+from quantgate.stages.gate.decision import gate
 from quantgate.stages.report.markdown import report
 
 
@@ -14,14 +18,21 @@ def png_size(path) -> tuple[int, int]:
 
 def test_report_shows_fp32_vs_int8_the_gate_and_where_it_lives(stage_dirs, tmp_path):
     evaluation = stage_dirs.results["evaluate"].metrics
-    gate_dir, out = tmp_path / "gate", tmp_path / "report"
-    gate_dir.mkdir(), out.mkdir()
+    gate_dir, out, duel_dir, released = (tmp_path / name for name in ("gate", "report", "duel", "released"))
+    for folder in (gate_dir, out, duel_dir, released):
+        folder.mkdir()
+    # A release that read every test digit right: its stored predictions are reused by the duel.
+    with np.load(stage_dirs.evaluate / "predictions.npz") as stored:
+        np.savez(released / "predictions.npz", int8_pred=stored["labels"], sample_ids=stored["sample_ids"])
+    release = ReleaseModel("v1", data_dir=stage_dirs.data, evaluate_dir=released,
+                           evaluation={"primary_runtime": "onnxruntime"})
+    record = duel(release, stage_dirs.data, stage_dirs.evaluate, evaluation, ("onnxruntime",), duel_dir).metrics
     decision = gate(GatePolicy(max_release_regression=0.0), evaluation, gate_dir,
-                    stage_dirs.evaluate / "predictions.npz", ReleaseBaseline("v1", 100.0))
+                    stage_dirs.evaluate / "predictions.npz", evidence("v1", record, duel_dir))
     where = {"version": "/store/digits-cnn/versions/v7"}
     result = report("digits-cnn v7", evaluation, decision.as_dict(), stage_dirs.results["train"].metrics,
                     stage_dirs.train / "steps.csv", where, out, data_dir=stage_dirs.data,
-                    evaluate_dir=stage_dirs.evaluate)
+                    evaluate_dir=stage_dirs.evaluate, duel_dir=duel_dir, duel_record=record)
 
     text = (out / result.report_file).read_text()
     assert text.startswith("# digits-cnn v7: gate FAILED")
@@ -30,7 +41,12 @@ def test_report_shows_fp32_vs_int8_the_gate_and_where_it_lives(stage_dirs, tmp_p
     assert f"95 % CI [{interval['low_pts']:+.2f}, {interval['high_pts']:+.2f}]" in text
     assert f"{evaluation['agreement']:.4f} of test samples" in text
     assert f"{evaluation['latency_ms_p50_fp32']:.3f} / {evaluation['latency_ms_p90_fp32']:.3f}" in text
-    assert "| release_regression_pts |" in text and "| **FAIL** | vs release v1" in text
+    assert "| release_regression_pts |" in text and "| **FAIL** | paired on 360 samples" in text
+    # The duel: both models on the same samples, and the samples the release got right and this one wrong.
+    assert "## vs release v1 (the same test samples)" in text and "| onnxruntime | 100.00 % |" in text
+    assert "![Paired samples where the release and this version disagree](vs_release.png)" in text
+    assert "| release | this version | truth | right |" in text and "vs_release.png" in result.plot_files
+    assert png_size(out / "vs_release.png")[0] > 100
     assert "| accuracy_drop_pts |" in text and "| 9 |" in text  # per-class rows for all ten digits
     assert "- version: `/store/digits-cnn/versions/v7`" in text
     assert "![Training loss and loss scale per step](training.png)" in text
