@@ -246,11 +246,13 @@ def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict,
         plots.append(RUNTIMES_PLOT)
     shown = {ACCURACY_METRIC: task.accuracy_name, **evaluation}  # records from before tasks lack the name
     task_lines = [*sections.lines, "", *sections.font_lines()]
-    names = class_names(data, predictions)
+    if data.is_text:  # predictions are strings
+        shown_as = (lambda values: [str(v) for v in values])
+    else:
+        names = class_names(data, predictions)
+        shown_as = (lambda values: [names[int(k)] for k in values])
     release_lines, release_plots, _ = release_sections(
-        duel_record, gate_record.get(RELEASE_DUEL), duel_dir, data, primary_of(evaluation),
-        (lambda values: [str(v) for v in values]) if data.is_text else (lambda values: [names[int(k)] for k in values]),
-        out_dir, title)
+        duel_record, gate_record.get(RELEASE_DUEL), duel_dir, data, primary_of(evaluation), shown_as, out_dir, title)
     plots += release_plots
     (out_dir / REPORT_FILE).write_text(render_markdown(title, shown, gate_record, train_metrics, where, search,
                                                        task_lines, release_lines))

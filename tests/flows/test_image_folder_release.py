@@ -34,7 +34,8 @@ def test_a_yaml_config_on_image_folders_records_preprocessing_and_config(tmp_pat
         "train": {"architecture": "mobilenet_v1", "epochs": 1, "batch_size": 6},
         "quantize": {"strategy": "single", "algo": "abs_max", "batch_size": 6},
         "evaluate": {"latency_repeats": 3},
-        "gate": {"max_accuracy_drop": 100, "min_agreement": 0, "min_speedup": 0},  # plumbing, not accuracy
+        "gate": {"max_accuracy_drop": 100, "min_agreement": 0, "min_speedup": 0,  # plumbing, not accuracy
+                 "min_paired_samples": 2},  # a second run is paired with the release on a handful of images
     }))
     config = validate_config(read_yaml(config_file))  # what `quantgate run --config release.yaml` does
     store = tmp_path / "store"

@@ -21,7 +21,8 @@ from quantgate.stages.data.reading import open_data  # noqa: E402
 from quantgate.stages.evaluate.outputs import PREDICTIONS_FILE  # noqa: E402
 
 MODEL = "cheques"
-PLUMBING = {"max_accuracy_drop": 100, "min_agreement": 0, "min_speedup": 0, "max_cer_increase_pts": 100}
+PLUMBING = {"max_accuracy_drop": 100, "min_agreement": 0, "min_speedup": 0, "max_cer_increase_pts": 100,
+            "min_paired_samples": 2}
 
 
 @pytest.fixture(scope="module")
