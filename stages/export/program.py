@@ -39,7 +39,9 @@ def export_program(source_dir: Path, data_dir: Path, out_dir: Path, num_workers:
         saved = load_program(out_dir / MODEL_PREFIX)
         dtypes = persistable_dtypes(saved.program)
         declared = list(saved.fetches[0].shape)
-        images, _ = next(iter(data.batches("test", REFERENCE_BATCH, num_workers)))
+        # Read to the end (one batch): a loader left suspended keeps its worker processes alive, and their
+        # exit later, once OpenVINO has compiled models in this process, crashed it (SIGSEGV).
+        (images, _), = list(data.batches("test", REFERENCE_BATCH, num_workers, limit=REFERENCE_BATCH))
         outputs = saved.run(images)
     not_float32 = {name: dtype for name, dtype in dtypes.items()
                    if dtype != "float32" and dtype.startswith(("float", "bfloat"))}
