@@ -229,10 +229,6 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
             refs["data"] = data_task(root, version, config.data, reuse, training=checked is None)
             check_calibration_size(root, refs["data"], config.quantize)
             workers = config.data.num_workers  # DataLoader processes decoding image files (none for the digits)
-            if checked is not None and "openvino" in config.evaluate.runtimes:
-                # An imported PP-OCRv4 run with DataLoader workers crashed (SIGSEGV) in evaluate once OpenVINO
-                # had compiled its models; with the images decoded in this process it does not. Not understood yet.
-                workers = 0
             if checked is None:
                 refs["train"] = train_task(root, version, config.train, refs["data"], resume_from, reuse, workers,
                                            warm_start)
