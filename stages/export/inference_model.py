@@ -30,6 +30,12 @@ class ExportResult:
     metrics: dict
 
 
+def low_precision_parameters(dtypes: dict[str, str]) -> dict[str, str]:
+    """The floating-point parameters that are not float32 (an FP16/BF16 copy instead of the master weights)."""
+    # Weights are the floating-point parameters; an LSTM also saves its uint8 dropout state, which is no weight.
+    return {name: dtype for name, dtype in dtypes.items() if dtype != "float32" and dtype.startswith(("float", "bfloat"))}
+
+
 def require_legacy_format() -> None:
     if paddle.framework.use_pir_api():
         raise ExportMismatch(
@@ -68,9 +74,7 @@ def export(
         # The test split, batch by batch: the reference logits cover it; its images never sit in memory at once.
         exported = np.concatenate([saved.run(images) for images, _ in
                                    data.batches("test", CHECK_BATCH, num_workers)] or [np.zeros_like(reference)])
-    # Weights are the floating-point parameters; an LSTM also saves its uint8 dropout state, which is no weight.
-    not_float32 = {name: dtype for name, dtype in dtypes.items()
-                   if dtype != "float32" and dtype.startswith(("float", "bfloat"))}
+    not_float32 = low_precision_parameters(dtypes)
     if not_float32:
         raise ExportMismatch(f"exported parameters are not float32: {not_float32}; export the float32 master weights")
     if exported.shape != reference.shape:

@@ -13,7 +13,12 @@ from pathlib import Path
 import numpy as np
 
 from quantgate.stages.data.reading import open_data
-from quantgate.stages.export.inference_model import ExportMismatch, ExportResult, require_legacy_format
+from quantgate.stages.export.inference_model import (
+    ExportMismatch,
+    ExportResult,
+    low_precision_parameters,
+    require_legacy_format,
+)
 from quantgate.stages.export.outputs import MODEL_FILE, MODEL_PREFIX, PARAMS_FILE, REFERENCE_OUTPUTS_FILE
 from quantgate.stages.shared.static_graph import load_program, persistable_dtypes, static_mode
 from quantgate.stages.source.outputs import MODEL_FILE as SOURCE_MODEL_FILE
@@ -43,8 +48,7 @@ def export_program(source_dir: Path, data_dir: Path, out_dir: Path, num_workers:
         # exit later, once OpenVINO has compiled models in this process, crashed it (SIGSEGV).
         (images, _), = list(data.batches("test", REFERENCE_BATCH, num_workers, limit=REFERENCE_BATCH))
         outputs = saved.run(images)
-    not_float32 = {name: dtype for name, dtype in dtypes.items()
-                   if dtype != "float32" and dtype.startswith(("float", "bfloat"))}
+    not_float32 = low_precision_parameters(dtypes)
     if not_float32:
         shown = dict(list(not_float32.items())[:5])
         raise ExportMismatch(f"the imported model stores {len(not_float32)} parameters in low precision ({shown}); "
