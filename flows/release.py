@@ -54,7 +54,7 @@ from quantgate.stages.gate import Criterion
 from quantgate.stages.gate.outputs import PASSED, RELEASE_DUEL
 from quantgate.stages.gate.release_duel import release_criteria
 from quantgate.stages.gate.runtimes import RUNTIMES, gate_runtimes, runtime_headlines, with_criterion, with_verdicts
-from quantgate.stages.tasks import TEXT_RECOGNITION
+from quantgate.stages.tasks import CLASSIFICATION
 from quantgate.stages.quantize.outputs import SEARCH
 from quantgate.stages.source import check_trained_model
 from quantgate.stages.source.outputs import INPUT_SPEC, ORIGIN, OUTPUT_SPEC, PARAMETERS, TRAINED_HERE
@@ -137,11 +137,11 @@ def rejudged(store: ArtifactStore, version: VersionRef, record: dict, policy: Ga
     if record["status"] != "passed" or (judged == release and not problem):
         return record
     runtimes, primary = gate_runtimes(gate_record)
-    text = (record.get("metrics") or {}).get(TASK) == TEXT_RECOGNITION
+    task = (record.get("metrics") or {}).get(TASK) or CLASSIFICATION
     with tempfile.TemporaryDirectory() as scratch:
         evidence = score_release_now(store, store.stage_ref(version, "data"), store.stage_ref(version, "evaluate"),
                                      release, Path(scratch), problem)
-        fresh, summary = release_criteria(policy, evidence, runtimes, primary, text)
+        fresh, summary = release_criteria(policy, evidence, runtimes, primary, task)
     note = f"judged again: release moved from {judged or 'none'} to {release or 'none'} after this run's gate read it"
     fresh = [replace(c, note=f"{c.note}; {note}" if c.note else note) for c in fresh]
     gate_record = {**with_criterion(gate_record, *fresh), RELEASE_DUEL: summary, "rejudged": note}

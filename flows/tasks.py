@@ -28,7 +28,16 @@ from quantgate.flows.stage_logs import library_output, stage_lines, stage_logs_t
 from quantgate.flows.warm_start import INIT_DIGEST, WarmStart, read_init_weights
 from quantgate.stages.convert import convert
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, OPSET, PADDLE2ONNX_INT8_FILE
-from quantgate.stages.data import FolderPlan, HashState, TextPlan, plan_image_folders, plan_text_lines, prepare_data
+from quantgate.stages.data import (
+    BoxPlan,
+    FolderPlan,
+    HashState,
+    TextPlan,
+    plan_image_folders,
+    plan_text_boxes,
+    plan_text_lines,
+    prepare_data,
+)
 from quantgate.stages.data.outputs import SAMPLES_CALIBRATION
 from quantgate.stages.evaluate import evaluate
 from quantgate.stages.export import export, export_program
@@ -117,8 +126,8 @@ def data_task(store_root: str, version: VersionRef, config: DataConfig, reuse: b
               training: bool = True) -> StageRef:
     """Split the dataset; an image folder or text lines are scanned into a file table first (nothing is
     stored if they are bad). Without `training` (a model trained elsewhere) nothing is split off to train."""
-    plan: list[FolderPlan | TextPlan] = []
-    planners = {"image_folder": plan_image_folders, "text_lines": plan_text_lines}
+    plan: list[FolderPlan | TextPlan | BoxPlan] = []
+    planners = {"image_folder": plan_image_folders, "text_lines": plan_text_lines, "text_boxes": plan_text_boxes}
 
     def scan() -> dict:
         # Files live outside the store and may change under the same path: they are scanned every run

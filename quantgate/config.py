@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from quantgate.config_base import Section
 from quantgate.data_config import (  # noqa: F401  (one schema: the data section is re-exported)
+    BOX_DATASETS,
     FILE_DATASETS,
     TEXT_DATASETS,
     AugmentConfig,
@@ -272,9 +273,11 @@ def non_default_fields(section: BaseModel, default: BaseModel, where: str) -> li
 
 
 class PipelineConfig(Section):
-    task: Literal["classification", "text_recognition"] = Field(
+    task: Literal["classification", "text_recognition", "text_detection"] = Field(
         "classification", description="'classification': one class per image, top-1; 'text_recognition': one text "
-        "line per image, CTC (datasets text_lines, digit_strings; architecture crnn or a factory)."
+        "line per image, CTC (datasets text_lines, digit_strings; architecture crnn or a factory); "
+        "'text_detection': text boxes per page from a DB detector trained elsewhere (dataset text_boxes, "
+        "trained_model)."
     )
     model_name: str = Field(
         "digits-cnn", pattern=NAME_PATTERN, description="Name the versions are stored under (lowercase, digits, . _ -)."
@@ -292,6 +295,15 @@ class PipelineConfig(Section):
     @model_validator(mode="after")
     def _task_fits_the_data(self) -> "PipelineConfig":
         text_data, architecture = self.data.dataset in TEXT_DATASETS, self.train.architecture
+        box_data = self.data.dataset in BOX_DATASETS
+        if self.task == "text_detection" and not box_data:
+            raise ValueError(f"task 'text_detection' reads pages with boxes: set data.dataset to 'text_boxes' "
+                             f"(got {self.data.dataset!r})")
+        if box_data and self.task != "text_detection":
+            raise ValueError("dataset 'text_boxes' holds pages with text boxes: set task: text_detection")
+        if self.task == "text_detection" and self.trained_model is None:
+            raise ValueError("training a text detector is out of scope for quantgate: export your DB detector with "
+                             "PaddleOCR (tools/export_model.py, legacy format) and set trained_model.path to it")
         if self.task == "text_recognition" and not text_data:
             raise ValueError(f"task 'text_recognition' reads text lines: set data.dataset to 'text_lines' or "
                              f"'digit_strings' (got {self.data.dataset!r})")
@@ -310,7 +322,7 @@ class PipelineConfig(Section):
     def _architecture_fits_the_data(self) -> "PipelineConfig":
         # paddle.vision.models networks open with a 3-channel convolution.
         architecture = self.train.architecture
-        if self.data.dataset in TEXT_DATASETS or self.trained_model is not None:
+        if self.data.dataset in TEXT_DATASETS + BOX_DATASETS or self.trained_model is not None:
             return self
         if architecture != "digits_cnn" and ":" not in architecture:
             if self.data.dataset == "digits":

@@ -8,9 +8,12 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from quantgate.config_base import Section
+from quantgate.detection_config import DetPostprocessConfig
 
 TEXT_DATASETS = ("text_lines", "digit_strings")  # the datasets of task text_recognition
-FILE_DATASETS = ("image_folder", "text_lines")  # read from files the data stage records
+BOX_DATASETS = ("text_boxes",)  # the datasets of task text_detection
+FILE_DATASETS = ("image_folder", "text_lines", "text_boxes")  # read from files the data stage records
+LABEL_FILE_DATASETS = ("text_lines", "text_boxes")  # listed by a PaddleOCR label file
 
 
 class TransformsConfig(Section):
@@ -42,6 +45,18 @@ class TransformsConfig(Section):
         (1, 32, 320), description="text_lines, digit_strings: [C, H, W] of the recognizer's input; each line is "
         "resized to height H keeping its aspect ratio and padded on the right to W (C 1: grayscale, 3: RGB)."
     )
+    det_limit_side_len: int = Field(
+        960, ge=32, le=8192, description="text_boxes: the side length a page is resized against (PaddleOCR's "
+        "DetResizeForTest limit_side_len); each side is then rounded to a multiple of 32."
+    )
+    det_limit_type: Literal["max", "min", "resize_long"] = Field(
+        "max", description="text_boxes: 'max' shrinks pages whose longer side exceeds det_limit_side_len, 'min' "
+        "enlarges pages whose shorter side is below it, 'resize_long' sets the longer side to it."
+    )
+    det_canvas: tuple[int, int] = Field(
+        (960, 960), description="text_boxes: [H, W] every resized page is padded to (zeros after normalizing), so "
+        "every runtime runs one static shape; multiples of 32."
+    )
 
     @field_validator("resize", "center_crop", "resize_pad")
     @classmethod
@@ -50,6 +65,14 @@ class TransformsConfig(Section):
         if any(value < 1 for value in sizes):
             raise ValueError(f"sizes must be positive pixel counts, got {size}")
         return size
+
+    @field_validator("det_canvas")
+    @classmethod
+    def _canvas_multiple_of_32(cls, canvas):
+        if any(side < 32 or side % 32 for side in canvas):
+            raise ValueError(f"det_canvas needs sides that are multiples of 32 (DB detectors downsample by 32), "
+                             f"got {list(canvas)}")
+        return canvas
 
     @field_validator("rec_image_shape")
     @classmethod
@@ -122,23 +145,27 @@ def digit_layout(rec_image_shape: tuple[int, int, int], max_digits: int) -> tupl
 
 
 class DataConfig(Section):
-    dataset: Literal["digits", "image_folder", "text_lines", "digit_strings"] = Field(
+    dataset: Literal["digits", "image_folder", "text_lines", "digit_strings", "text_boxes"] = Field(
         "digits", description="'digits' (built-in 8x8 digits), 'image_folder' (one sub-folder of images per class), "
-        "'text_lines' (text-line images with a PaddleOCR label file) or 'digit_strings' (built-in handwritten "
-        "digit strings); the last two need task: text_recognition."
+        "'text_lines' (text-line images with a PaddleOCR label file), 'digit_strings' (built-in handwritten "
+        "digit strings; these two need task: text_recognition) or 'text_boxes' (pages with PaddleOCR's detection "
+        "labels; task: text_detection)."
     )
     path: str | None = Field(
         None, description="image_folder: the folder of class sub-folders (train folder when test_path is set); "
-        "text_lines: the root folder the label file's image paths are relative to."
+        "text_lines, text_boxes: the root folder the label file's image paths are relative to."
     )
     test_path: str | None = Field(
         None, description="image_folder: a separate test folder with the same classes; null splits `path` by seed."
     )
     label_file: str | None = Field(
-        None, description="text_lines: UTF-8 file with one `relative/path.png<TAB>label` line per image (PaddleOCR)."
+        None, description="text_lines: UTF-8 file with one `relative/path.png<TAB>label` line per image (PaddleOCR); "
+        "text_boxes: `relative/path.png<TAB>[{\"transcription\": ..., \"points\": [[x, y], ...]}, ...]` per page "
+        "(PaddleOCR's detection labels; '###' marks a region to ignore)."
     )
     test_label_file: str | None = Field(
-        None, description="text_lines: a separate label file for the test split; null splits label_file by seed."
+        None, description="text_lines, text_boxes: a separate label file for the test split; null splits "
+        "label_file by seed."
     )
     character_dict: str | None = Field(
         None, description="text_lines, digit_strings: a file with one character per line (PaddleOCR's "
@@ -159,6 +186,10 @@ class DataConfig(Section):
     too_wide: Literal["error", "squeeze"] = Field(
         "error", description="text_lines: a line wider than W after resizing to height H stops the run ('error'), "
         "or is squeezed to W ('squeeze')."
+    )
+    det_postprocess: DetPostprocessConfig = Field(
+        default_factory=DetPostprocessConfig, description="text_boxes: DB post-processing of the detector's "
+        "probability map into boxes (PaddleOCR's defaults)."
     )
     digit_strings: DigitStringsConfig = Field(
         default_factory=DigitStringsConfig, description="digit_strings: how many lines, how many digits each."
@@ -202,8 +233,12 @@ class DataConfig(Section):
         if self.dataset == "text_lines" and not (self.path and self.label_file):
             raise ValueError("dataset 'text_lines' needs data.path (the images' root folder) and data.label_file "
                              "(one `relative/path.png<TAB>label` line per image)")
-        if self.dataset != "text_lines" and (self.label_file or self.test_label_file):
-            raise ValueError("data.label_file and data.test_label_file apply to dataset 'text_lines' only")
+        if self.dataset == "text_boxes" and not (self.path and self.label_file):
+            raise ValueError("dataset 'text_boxes' needs data.path (the pages' root folder) and data.label_file "
+                             "(one `relative/path.png<TAB>[boxes as JSON]` line per page, PaddleOCR's detection labels)")
+        if self.dataset not in LABEL_FILE_DATASETS and (self.label_file or self.test_label_file):
+            raise ValueError("data.label_file and data.test_label_file apply to datasets 'text_lines' and "
+                             "'text_boxes' only")
         if self.dataset not in TEXT_DATASETS and (self.character_dict or self.use_space_char):
             raise ValueError("data.character_dict and data.use_space_char apply to datasets 'text_lines' and "
                              "'digit_strings' only")
@@ -218,12 +253,29 @@ class DataConfig(Section):
             raise ValueError("data.class_names applies to image folders; the built-in digits are classes 0-9")
         if self.dataset == "digit_strings" and (self.path or self.test_path):
             raise ValueError("dataset 'digit_strings' is built in: remove data.path and data.test_path")
-        if self.dataset == "text_lines" and self.test_path:
-            raise ValueError("dataset 'text_lines' takes its test split from data.test_label_file, not data.test_path")
+        if self.dataset in LABEL_FILE_DATASETS and self.test_path:
+            raise ValueError(f"dataset {self.dataset!r} takes its test split from data.test_label_file, not "
+                             "data.test_path")
+        if self.dataset in BOX_DATASETS and self.class_names is not None:
+            raise ValueError("data.class_names applies to classification; a detector outputs text boxes")
         if self.dataset == "digits" and (self.path or self.test_path or self.transforms != TransformsConfig()
                                          or self.augment.active):
             raise ValueError("data.path, data.test_path, data.transforms and data.augment apply to dataset "
                              "'image_folder' only")
+        return self
+
+    @model_validator(mode="after")
+    def _page_transforms(self) -> "DataConfig":
+        if self.dataset not in BOX_DATASETS:
+            return self
+        transforms = self.transforms
+        if transforms.resize is not None or transforms.center_crop is not None or transforms.resize_pad is not None:
+            raise ValueError("dataset 'text_boxes' resizes each page as PaddleOCR's DetResizeForTest does "
+                             "(data.transforms.det_limit_side_len, det_limit_type) and pads it to det_canvas: remove "
+                             "data.transforms.resize, center_crop and resize_pad")
+        if transforms.color == "grayscale":
+            raise ValueError("a text detector reads 3-channel pages: set data.transforms.color to 'rgb' or 'bgr' "
+                             "(PaddleOCR: bgr)")
         return self
 
     @model_validator(mode="after")

@@ -33,7 +33,8 @@ BY_RUNTIME = "; one number for every runtime, or a map {runtime: number} naming 
 class GatePolicy(Section):
     # The thresholds of the criteria judged once per runtime (stages/gate/runtimes.py PER_RUNTIME).
     PER_RUNTIME: ClassVar[tuple[str, ...]] = (
-        "max_accuracy_drop", "max_cer_increase_pts", "min_agreement", "min_int8_accuracy", "min_speedup")
+        "max_accuracy_drop", "max_cer_increase_pts", "max_hmean_drop_pts", "min_agreement", "min_int8_accuracy",
+        "min_speedup")
 
     max_accuracy_drop: PerRuntime[Points] = Field(
         1.0, description=f"Largest allowed top-1 drop of INT8 vs FP32, in percentage points{BY_RUNTIME}."
@@ -77,6 +78,10 @@ class GatePolicy(Section):
     max_cer_increase_pts: PerRuntime[Points] = Field(
         0.5, description="text_recognition: largest allowed rise of INT8's character error rate over "
         f"FP32's, in percentage points (classification: not applicable){BY_RUNTIME}."
+    )
+    max_hmean_drop_pts: PerRuntime[Points] = Field(
+        1.0, description="text_detection: largest allowed drop of INT8's hmean (boxes at IoU 0.5) below FP32's, in "
+        f"percentage points; it replaces max_accuracy_drop there (other tasks: not applicable){BY_RUNTIME}."
     )
     min_speedup: PerRuntime[Ratio] = Field(
         1.0, description="Smallest allowed INT8 speedup over FP32 (FP32 / INT8 median latency in that runtime); "

@@ -205,7 +205,7 @@ def metric_lines(metrics: dict | None) -> list[str]:
 
     if not metrics:
         return []
-    name = {"line accuracy": "line acc"}.get(metrics.get(headline.ACCURACY_METRIC), "top-1")
+    name = {"line accuracy": "line acc", "hmean": "hmean"}.get(metrics.get(headline.ACCURACY_METRIC), "top-1")
     lines = [f"  {name:<9} FP32 {metrics[headline.FP32_TOP1]:.2f} %   INT8 {metrics[headline.INT8_TOP1]:.2f} %   "
              f"delta {metrics[headline.ACCURACY_DELTA]:+.2f} pts   agreement {metrics[headline.AGREEMENT]:.4f}"]
     if headline.CER_INCREASE in metrics:

@@ -10,3 +10,7 @@ class DataError(StageError, BadInput):
 
 class BadTextLines(DataError):
     """A text-line dataset is unusable: its label file, dictionary or an image it names (each named, with the fix)."""
+
+
+class BadTextBoxes(DataError):
+    """A text-detection dataset is unusable: its label file, a box in it or a page it names (each named, with a fix)."""

@@ -39,7 +39,7 @@ from quantgate.stages.data.recorded_image import (
     replay,
 )
 from quantgate.stages.data.text_reading import TextLineSplit
-from quantgate.stages.tasks import TEXT_RECOGNITION, Task, task_of
+from quantgate.stages.tasks import TEXT_DETECTION, TEXT_RECOGNITION, Task, task_of
 from quantgate.stages.tasks.text import encode
 
 SPLIT_NAMES = ("train", "calibration", "validation", "test")
@@ -119,6 +119,11 @@ class StoredData:
         return self.spec.get("task") == TEXT_RECOGNITION
 
     @property
+    def is_detection(self) -> bool:
+        """Pages with text boxes: a batch's labels are each page's geometry, its references the boxes' JSON."""
+        return self.spec.get("task") == TEXT_DETECTION
+
+    @property
     def characters(self) -> tuple[str, ...]:
         """Text recognition's dictionary: id i > 0 is characters[i - 1], 0 the CTC blank (empty otherwise)."""
         return tuple(self.spec.get("characters", ()))
@@ -151,6 +156,9 @@ class StoredData:
         """What a batch's labels hold, for the whole split: class indices, or padded ids [N, L] for text."""
         if not self.on_disk:
             return self.arrays[f"y_{split}"]
+        if self.is_detection:
+            raise ValueError("a detection split's labels are each page's geometry, known once the page is decoded: "
+                             "read them from batches(); references() gives the boxes")
         if self.is_text:
             index = {character: position + 1 for position, character in enumerate(self.characters)}
             ids = [encode(row.label_name, index, self.max_text_length) for row in self.rows[split]]
@@ -160,7 +168,7 @@ class StoredData:
     def references(self, split: str) -> np.ndarray:
         """What predictions of `split` are compared with: the label strings (a numpy unicode array) for text,
         the class indices for classification."""
-        if not self.is_text:
+        if not (self.is_text or self.is_detection):
             return self.labels(split)
         if self.on_disk:
             texts = [row.label_name for row in self.rows[split]]
@@ -178,9 +186,11 @@ class StoredData:
         digest = hashlib.sha256(json.dumps(self.spec.get("transforms"), sort_keys=True).encode())
         if self.is_text:  # the dictionary decides the ids; a line's text is its label
             digest.update(json.dumps(self.characters).encode())
+        if self.is_detection:  # the post-processing decides the boxes; a page's boxes are its label
+            digest.update(json.dumps(self.spec.get("postprocess"), sort_keys=True).encode())
         if self.on_disk:
             for row in self.rows[split]:
-                text = f"{row.label_name}\0" if self.is_text else ""
+                text = f"{row.label_name}\0" if self.is_text or self.is_detection else ""
                 digest.update(f"{row.file}\0{row.label}\0{text}{row.sha256}\n".encode())
         else:
             for axis in "xy":
@@ -190,6 +200,10 @@ class StoredData:
     def dataset(self, split: str, augment: bool = False, epoch: int = 0) -> FileSplit | TextLineSplit:
         """`split`'s files as a paddle.io.Dataset; `augment` applies the recorded training augmentation."""
         spec = self.spec
+        if self.is_detection:  # nothing trains a detector here: pages are never augmented
+            from quantgate.stages.data.pages import PageSplit
+
+            return PageSplit(self.rows[split], spec["roots"], TransformsConfig.model_validate(spec["transforms"]))
         augmentation = AugmentConfig.model_validate(spec["augment"]) if augment else None
         if self.is_text:
             return TextLineSplit(self.rows[split], spec["roots"], TransformsConfig.model_validate(spec["transforms"]),
@@ -235,7 +249,7 @@ class StoredData:
         """The first `limit` images of `split` (all when None) in memory: for small splits and single batches."""
         parts = list(self.batches(split, 256, 0, limit))
         if not parts:
-            labels = (0, self.max_text_length) if self.is_text else (0,)
+            labels = (0, self.max_text_length) if self.is_text else (0, 4) if self.is_detection else (0,)
             return np.zeros((0, *self.input_shape), np.float32), np.zeros(labels, np.int64)
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 

@@ -13,11 +13,12 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from sklearn.datasets import load_digits
 
-from quantgate.config import FILE_DATASETS, TEXT_DATASETS, DataConfig, TransformsConfig
+from quantgate.config import BOX_DATASETS, FILE_DATASETS, TEXT_DATASETS, DataConfig, TransformsConfig
 from quantgate.stages.data.augment import augmentation_record
 from quantgate.stages.data.errors import DataError
 from quantgate.stages.data.file_table import content_fingerprint, write_table
@@ -27,6 +28,9 @@ from quantgate.stages.data.outputs import DATASET_FILE, SPLIT_RULE, SPLITS_FILE,
 from quantgate.stages.data.stratify import SPLIT_NAMES, check_every_class, split_indices, split_rule
 from quantgate.stages.data.text_lines import TextPlan, plan_text_lines
 from quantgate.stages.data.text_splits import prepare_digit_strings, prepare_text_lines
+
+if TYPE_CHECKING:
+    from quantgate.stages.data.text_boxes import BoxPlan
 
 CLASSIFICATION = "classification"
 
@@ -126,7 +130,16 @@ def _prepare_text(config: DataConfig, out_dir: Path, plan: TextPlan | None, trai
     return {"task": spec["task"], **metrics}
 
 
-def prepare_data(config: DataConfig, out_dir: Path, plan: FolderPlan | TextPlan | None = None,
+def _prepare_boxes(config: DataConfig, out_dir: Path, plan: BoxPlan | None, training: bool) -> dict:
+    from quantgate.stages.data.pages import prepare_text_boxes  # OpenCV: only for detection datasets
+    from quantgate.stages.data.text_boxes import plan_text_boxes
+
+    spec, metrics = prepare_text_boxes(config, out_dir, plan or plan_text_boxes(config, training=training))
+    _write_spec(out_dir, spec)
+    return {"task": spec["task"], **metrics}
+
+
+def prepare_data(config: DataConfig, out_dir: Path, plan: FolderPlan | TextPlan | BoxPlan | None = None,
                  training: bool = True) -> DataResult:
     """Split `config.dataset` and write what the later stages read (`reading.open_data`): the arrays of
     the built-in digits or digit strings, or the file table of an image folder or text lines (`plan`,
@@ -139,9 +152,11 @@ def prepare_data(config: DataConfig, out_dir: Path, plan: FolderPlan | TextPlan 
     """
     if not training and config.dataset not in FILE_DATASETS:
         raise DataError(f"dataset {config.dataset!r} is built in for models trained here; a trained model is "
-                        "judged on your own files: use data.dataset 'image_folder' or 'text_lines'")
+                        "judged on your own files: use data.dataset 'image_folder', 'text_lines' or 'text_boxes'")
     if config.dataset in TEXT_DATASETS:
         metrics = _prepare_text(config, out_dir, plan, training)
+    elif config.dataset in BOX_DATASETS:
+        metrics = _prepare_boxes(config, out_dir, plan, training)
     elif config.dataset == "image_folder":
         plan = plan or plan_image_folders(config, training=training)
         metrics = {"task": CLASSIFICATION, **_prepare_folders(config, out_dir, plan)}

@@ -30,7 +30,7 @@ from quantgate.stages.evaluate.forms import library
 from quantgate.stages.evaluate.outputs import PREDICTIONS_FILE_KEY, PRIMARY_RUNTIME, SAMPLE_IDS
 from quantgate.stages.evaluate.outputs import RUNTIMES as EVALUATED_RUNTIMES
 from quantgate.stages.evaluate.outputs import primary_runtime, runtime_predictions_file
-from quantgate.stages.tasks import CLASSIFICATION
+from quantgate.stages.tasks import CLASSIFICATION, TEXT_RECOGNITION, scorer
 from quantgate.stages.tasks.text import character_error_rate_pct
 
 log = logging.getLogger(__name__)
@@ -183,15 +183,17 @@ def _candidate_predictions(evaluate_dir: Path, evaluation: dict, runtime: str) -
 
 
 def paired_numbers(references: np.ndarray, release_pred: np.ndarray, candidate_pred: np.ndarray,
-                   text: bool) -> dict:
-    """Both models' accuracy on the paired samples and the regression; for text also both CERs (None without
-    samples)."""
+                   task: str) -> dict:
+    """Both models' accuracy (`task`'s: top-1, line accuracy or hmean) on the paired samples and the regression;
+    for text also both CERs (None without samples)."""
+    text = task == TEXT_RECOGNITION
     if not len(references):
         keys = (out.RELEASE_INT8_TOP1, out.CANDIDATE_INT8_TOP1, out.REGRESSION)
         return dict.fromkeys((*keys, *((out.RELEASE_INT8_CER, out.CANDIDATE_INT8_CER, out.CER_INCREASE)
                                        if text else ())))
-    release_acc = 100.0 * float(np.mean(release_pred == references))
-    candidate_acc = 100.0 * float(np.mean(candidate_pred == references))
+    scoring = scorer(task)
+    release_acc = scoring.scores(references, release_pred)["top1_pct"]
+    candidate_acc = scoring.scores(references, candidate_pred)["top1_pct"]
     numbers = {out.RELEASE_INT8_TOP1: release_acc, out.CANDIDATE_INT8_TOP1: candidate_acc,
                out.REGRESSION: release_acc - candidate_acc}
     if text:
@@ -267,4 +269,4 @@ def _one_runtime(release, spec, runtime, candidate, rows, ids, references, mappi
     np.savez(Path(out_dir) / out.paired_file(runtime), rows=rows, sample_ids=ids, references=references,
              release_pred=predicted, candidate_pred=mine)
     return {out.PAIRED_FILE: out.paired_file(runtime), out.RELEASE_PREDICTIONS: source, out.SCORED_SAMPLES: scored,
-            out.SECONDS: round(seconds, 4), **paired_numbers(references, predicted, mine, candidate.is_text)}
+            out.SECONDS: round(seconds, 4), **paired_numbers(references, predicted, mine, candidate.task.name)}

@@ -64,9 +64,8 @@ def _shown(spec: dict) -> str:
     return f"input {spec.get('input_shape')}, transforms {json.dumps(spec.get('transforms'), sort_keys=True)}"
 
 
-def _batches(reader: StoredData, batch_size: int) -> Iterator[np.ndarray]:
-    for images, _ in reader.batches(TEST, batch_size):
-        yield images
+def _batches(reader: StoredData, batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    yield from reader.batches(TEST, batch_size)
 
 
 def model_files_digest(runtime: str, convert_dir: Path, export_dir: Path | None, quantize_dir: Path | None) -> dict:
@@ -101,10 +100,10 @@ def score_release(runtime: str, release_spec: dict, release_data_dir: Path, conv
     task = task_of(release_spec)
     progress = Progress(log, f"duel {runtime} batch", max(1, math.ceil(len(rows) / batch_size)), every_s=5.0)
     predicted = []
-    for step, images in enumerate(_batches(reader, batch_size), start=1):
-        predicted.append(task.predict(runner(images)))
+    for step, (images, labels) in enumerate(_batches(reader, batch_size), start=1):
+        predicted.append(task.predict(runner(images), labels))
         progress.step(step)
     log.info("duel: scored the release on %d test samples in %s (%s)", len(rows), runtime, library(runtime))
     if not predicted:
-        return np.zeros(0, dtype="<U1" if candidate.is_text else np.int64)
+        return np.zeros(0, dtype="<U1" if candidate.is_text or candidate.is_detection else np.int64)
     return np.concatenate(predicted)

@@ -45,16 +45,23 @@ class EvaluateResult:
 
 
 def predict_split(runners: dict[tuple[str, str], Runner], data: StoredData, split: str, batch_size: int,
-                  num_workers: int) -> dict[tuple[str, str], np.ndarray]:
-    """Every runner's outputs on `split` (logits, [N, T, C] for text), read once, batch by batch (each batch
-    feeds all runners)."""
-    logits = {name: [] for name in runners}
+                  num_workers: int) -> tuple[dict[tuple[str, str], np.ndarray], dict[tuple[str, str], np.ndarray]]:
+    """Every runner's outputs and the task's predictions on `split`, read once, batch by batch (each batch feeds
+    all runners, and is decoded with its labels: a page's geometry maps its boxes back). Outputs are kept only
+    where the task keeps them (a detector's probability maps are not: an empty array stands for them)."""
+    task = data.task
+    outputs = {name: [] for name in runners}
+    predicted = {name: [] for name in runners}
     progress = Progress(log, f"evaluate {split} batch", math.ceil(data.size(split) / batch_size), every_s=5.0)
-    for step, (images, _) in enumerate(data.batches(split, batch_size, num_workers), start=1):
+    for step, (images, labels) in enumerate(data.batches(split, batch_size, num_workers), start=1):
         for name, run in runners.items():
-            logits[name].append(run(images))
+            values = run(images)
+            predicted[name].append(task.predict(values, labels))
+            if task.keeps_outputs:
+                outputs[name].append(values)
         progress.step(step)
-    return {name: np.concatenate(values) for name, values in logits.items()}
+    return ({name: np.concatenate(values) if values else np.zeros(0, np.float32) for name, values in outputs.items()},
+            {name: np.concatenate(values) for name, values in predicted.items()})
 
 
 def checked_int8_ops(runtime: str, runner: Runner) -> dict:
@@ -132,7 +139,7 @@ def _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2
     # models are compiled here crashed it (Paddle's SIGCHLD handler; see stages/data/reading.py).
     workers = 0 if OPENVINO in runtimes else num_workers
     task, labels, ids = data.task, data.references("test"), sample_ids(data, "test")
-    logits = predict_split(runners, data, "test", config.batch_size, workers)
+    logits, predictions_by_model = predict_split(runners, data, "test", config.batch_size, workers)
     del runners  # their worker threads must not share the cores with the latency processes
     log.info("evaluate: predicted %d test samples in %s; timing %d runs per model", len(labels), ", ".join(runtimes),
              config.latency_repeats)
@@ -145,7 +152,7 @@ def _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2
                                        config.threads, config.latency_repeats, runtime,
                                        int8=tuple(name for name, form in named.items() if form.int8))
         own = {name: logits[(runtime, name)] for name in named}
-        predicted = {name: task.predict(values) for name, values in own.items()}
+        predicted = {name: predictions_by_model[(runtime, name)] for name in named}
         predictions = runtime_predictions_file(runtime, primary)
         # Strings are stored as numpy unicode arrays (never objects), so they load with allow_pickle=False.
         # sample_ids say which raw sample each row is, so a later version can reuse these predictions (stages/duel).

@@ -31,6 +31,10 @@ class RuntimeUnavailable(StageError, BadInput):
     """evaluate.runtimes lists a runtime whose package is not installed, or whose models were not given."""
 
 
+class RuntimeCannotRun(StageError, BadInput):
+    """A runtime fails to run a model (an op it cannot execute, named); it never falls back to another runtime."""
+
+
 @dataclass(frozen=True)
 class ModelForm:
     """One model as a runtime loads it: an ONNX file, or a folder with a Paddle program and its parameters."""

@@ -32,6 +32,7 @@ ACCURACY_METRIC = "accuracy_metric"  # what *_top1_pct measure, in words: "top-1
 FP32_CER = "fp32_cer_pct"
 INT8_CER = "int8_cer_pct"
 CER_INCREASE = "cer_increase_pts"  # INT8's CER minus FP32's, in points; the gate's max_cer_increase_pts reads it
+HMEAN_DROP = "hmean_drop_pts"  # text detection: FP32 hmean - INT8 hmean, in points (positive: INT8 worse)
 TEXT_METRICS = (FP32_CER, INT8_CER, CER_INCREASE)
 # text_recognition: per reference character, how often it occurs and how often FP32 / INT8 missed it
 # ({"runtime": primary, "fp32": {char: {"count", "errors"}}, "int8": {...}}), for the report's table.

@@ -10,6 +10,7 @@ quantizes).
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -19,12 +20,13 @@ import paddle
 import paddle.inference as paddle_infer
 from paddle.base.proto import framework_pb2
 
-from quantgate.stages.evaluate.forms import ModelForm
+from quantgate.stages.evaluate.forms import ModelForm, RuntimeCannotRun
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 
 CONV_MATMUL_OPS = ("conv2d", "fused_conv2d", "depthwise_conv2d", "conv2d_transpose", "fc", "mul", "matmul",
                    "matmul_v2", "fused_matmul")
 OPTIMIZED_PROGRAM = "_optimized.pdmodel"  # what enable_save_optim_model writes into the optim cache folder
+FAILED_OP = re.compile(r"\[operator < (\S+) > error\]")  # how Paddle names the op an error came from
 
 
 def library() -> str:
@@ -53,9 +55,20 @@ class Runner:
         self.output = self.predictor.get_output_handle(self.predictor.get_output_names()[0])
 
     def __call__(self, images: np.ndarray) -> np.ndarray:
+        """Raises: RuntimeCannotRun: Paddle Inference fails on the program (the failing op named)."""
         self.input.reshape(list(images.shape))
         self.input.copy_from_cpu(np.ascontiguousarray(images))
-        self.predictor.run()
+        try:
+            self.predictor.run()
+        except (ValueError, RuntimeError, OSError) as exc:
+            found = FAILED_OP.search(str(exc))
+            op = f"its op {found.group(1)}" if found else "the program"
+            first = str(exc).strip().splitlines()[0][:240]
+            raise RuntimeCannotRun(
+                f"paddle_inference (oneDNN{' INT8' if self.form.int8 else ''}) cannot run {self.form.description}: "
+                f"{op} fails ({first}); nothing fell back to another runtime. Remove paddle_inference from "
+                "evaluate.runtimes for this model (a DB detector's conv2d_transpose is known to fail in oneDNN "
+                "INT8), or gate it in the runtimes it runs in") from exc
         return self.output.copy_to_cpu()
 
     def int8_ops(self) -> dict:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from quantgate.config import GatePolicy
-from quantgate.stages.evaluate.outputs import CER_INCREASE, FP32_CER, INT8_CER
+from quantgate.stages.evaluate.outputs import CER_INCREASE, FP32_CER, HMEAN_DROP, INT8_CER
 from quantgate.stages.gate.criterion import Criterion, criterion, not_applicable, number
 from quantgate.stages.gate.outputs import GATE_FILE, RELEASE_CRITERIA, RELEASE_DUEL
 from quantgate.stages.gate.predictions import (
@@ -37,12 +37,13 @@ from quantgate.stages.gate.runtimes import (
     runtime_metrics,
     runtime_verdicts,
 )
-from quantgate.stages.tasks import TEXT_RECOGNITION
+from quantgate.stages.tasks import TEXT_DETECTION, TEXT_RECOGNITION
 
 
 
 # What the criteria read (the CER keys only for text recognition).
-JUDGED = ("fp32_top1_pct", "int8_top1_pct", "agreement", "speedup_int8_vs_fp32", FP32_CER, INT8_CER, CER_INCREASE)
+JUDGED = ("fp32_top1_pct", "int8_top1_pct", "agreement", "speedup_int8_vs_fp32", FP32_CER, INT8_CER, CER_INCREASE,
+          HMEAN_DROP)
 
 
 @dataclass(frozen=True)
@@ -115,13 +116,15 @@ def _joined(*notes: str) -> str:
 
 
 def _runtime_criteria(policy: GatePolicy, runtime: str, primary: str, metrics: dict | None,
-                      interval: DeltaInterval | None, text: bool = False) -> dict[str, Criterion]:
+                      interval: DeltaInterval | None, task: str = "classification") -> dict[str, Criterion]:
     """The criteria every runtime is judged by, named for `runtime`, each against `runtime`'s threshold (a
     policy field may be a map by runtime); all fail closed without its metrics.
 
-    The accuracy criteria read top-1 or, for text recognition (`text`), line accuracy (stored under the
-    same keys); text adds the rise of the character error rate, which classification has no criterion for.
+    The accuracy criteria read top-1 or, for text recognition, line accuracy (stored under the same keys);
+    text adds the rise of the character error rate, which classification has no criterion for. Text detection
+    (`task`) judges the hmean's drop (hmean_drop_pts, gate.max_hmean_drop_pts) in accuracy_drop_pts' place.
     """
+    text, detection = task == TEXT_RECOGNITION, task == TEXT_DETECTION
     def name(base: str) -> str:
         return criterion_name(runtime, primary, base)
 
@@ -140,8 +143,11 @@ def _runtime_criteria(policy: GatePolicy, runtime: str, primary: str, metrics: d
     cer = {} if not text else {CER_INCREASE: judged(
         CER_INCREASE, number(measured, CER_INCREASE), "max_cer_increase_pts", "<=", "pts",
         missing or _cer_note(measured))}
+    accuracy = {HMEAN_DROP: judged(HMEAN_DROP, drop, "max_hmean_drop_pts", "<=", "pts", missing or forms)} \
+        if detection else \
+        {"accuracy_drop_pts": judged("accuracy_drop_pts", drop, "max_accuracy_drop", "<=", "pts", missing or forms)}
     return {
-        "accuracy_drop_pts": judged("accuracy_drop_pts", drop, "max_accuracy_drop", "<=", "pts", missing or forms),
+        **accuracy,
         **cer,
         "agreement": judged("agreement", number(measured, "agreement"), "min_agreement", ">=", "fraction", missing),
         "int8_top1_pct": judged("int8_top1_pct", int8, "min_int8_accuracy", ">=", "%", missing),
@@ -187,15 +193,16 @@ def decide(policy: GatePolicy, metrics: dict, interval: DeltaInterval | None = N
     task, task_problems = task_of_metrics(metrics)
     text = task == TEXT_RECOGNITION
     stale = (*stale, *task_problems, *_primary_problems(metrics, primary))
-    against_release, duel_summary = release_criteria(policy, release, listed, primary, text)
+    against_release, duel_summary = release_criteria(policy, release, listed, primary, task)
     by_runtime = {runtime: [c for c in against_release if c.name in
                             {criterion_name(runtime, primary, base) for base in RELEASE_CRITERIA}] for runtime in listed}
-    own = _runtime_criteria(policy, primary, primary, metrics, intervals.get(primary), text)
+    own = _runtime_criteria(policy, primary, primary, metrics, intervals.get(primary), task)
     others = [criterion for runtime in listed[1:] for criterion in (*_runtime_criteria(
-        policy, runtime, primary, runtime_metrics(metrics, runtime, primary), intervals.get(runtime), text).values(),
+        policy, runtime, primary, runtime_metrics(metrics, runtime, primary), intervals.get(runtime), task).values(),
         *by_runtime[runtime])]
     criteria = (
-        own["accuracy_drop_pts"], *((own[CER_INCREASE],) if text else ()), own["agreement"], own["int8_top1_pct"],
+        own[HMEAN_DROP] if task == TEXT_DETECTION else own["accuracy_drop_pts"],
+        *((own[CER_INCREASE],) if text else ()), own["agreement"], own["int8_top1_pct"],
         own["delta_ci95_low_pts"],
         *by_runtime[primary],
         criterion("stale_evidence", float(len(stale)), 0, "<=", "problems", "; ".join(stale)),

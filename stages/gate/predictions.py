@@ -16,7 +16,7 @@ import numpy as np
 from scipy.stats import bootstrap
 
 from quantgate.stages.evaluate.outputs import FP32_CER, INT8_CER, TASK
-from quantgate.stages.tasks import CLASSIFICATION, TEXT_RECOGNITION
+from quantgate.stages.tasks import CLASSIFICATION, TASK_NAMES, TEXT_DETECTION, TEXT_RECOGNITION, scorer
 from quantgate.stages.tasks.text import character_error_rate_pct
 
 CONFIDENCE = 0.95
@@ -39,12 +39,13 @@ class DeltaInterval:
 
 
 def paired_bootstrap_delta(labels: np.ndarray, fp32_pred: np.ndarray, int8_pred: np.ndarray,
-                           resamples: int, seed: int) -> DeltaInterval:
+                           resamples: int, seed: int, task: str = CLASSIFICATION) -> DeltaInterval:
     """95 % percentile interval of the INT8 - FP32 accuracy delta, resampling test samples in pairs.
 
-    Each test sample keeps its FP32 and INT8 correctness (equality with its label: a class, or a whole
-    text line) together, so the interval reflects how often the two models disagree on the same
-    samples, not two independent accuracies.
+    Each test sample keeps its FP32 and INT8 score (`task`'s per_sample: equality with its label for a
+    class or a whole text line; a page's hmean for detection, so there the interval is that of the mean
+    per-page hmean, close to but not the pooled hmean) together, so the interval reflects how often the two
+    models disagree on the same samples, not two independent accuracies.
 
     Raises:
         ValueError: fewer than two samples, or arrays of different lengths.
@@ -52,7 +53,8 @@ def paired_bootstrap_delta(labels: np.ndarray, fp32_pred: np.ndarray, int8_pred:
     labels, fp32_pred, int8_pred = (np.asarray(a).reshape(-1) for a in (labels, fp32_pred, int8_pred))
     if not len(labels) == len(fp32_pred) == len(int8_pred) or len(labels) < 2:
         raise ValueError(f"need >= 2 paired predictions, got {len(labels)}, {len(fp32_pred)}, {len(int8_pred)}")
-    per_sample = 100.0 * ((int8_pred == labels).astype(np.float64) - (fp32_pred == labels).astype(np.float64))
+    scoring = scorer(task)
+    per_sample = 100.0 * (scoring.per_sample(labels, int8_pred) - scoring.per_sample(labels, fp32_pred))
     result = bootstrap((per_sample,), np.mean, n_resamples=resamples, confidence_level=CONFIDENCE,
                        method="percentile", vectorized=True, rng=np.random.default_rng(seed))
     low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
@@ -66,15 +68,13 @@ def _recorded(metrics: dict, key: str) -> float | None:
     return float(value)
 
 
-def _accuracy_pct(labels: np.ndarray, predicted: np.ndarray) -> float:
-    return 100.0 * float(np.mean(predicted == labels))
-
-
 def _kind_problems(labels: np.ndarray, predicted: tuple[np.ndarray, ...], task: str) -> list[str]:
     """Why the stored arrays are not the predictions of `task` (text lines are strings, classes integers)."""
     strings = [array.dtype.kind == "U" for array in (labels, *predicted)]
     if task == TEXT_RECOGNITION and not all(strings):
         return ["the evaluation is text_recognition but its stored predictions are not text lines"]
+    if task == TEXT_DETECTION and not all(strings):
+        return ["the evaluation is text_detection but its stored predictions are not boxes (JSON per page)"]
     if task == CLASSIFICATION and any(strings):
         return ["the evaluation is classification but its stored predictions are not class indices"]
     return []
@@ -91,7 +91,10 @@ def check_predictions(predictions_file: Path, metrics: dict, task: str, resample
     problems = _kind_problems(labels, (fp32_pred, int8_pred), task)
     if problems:
         return None, problems
-    checks = [("fp32_top1_pct", fp32_pred, _accuracy_pct), ("int8_top1_pct", int8_pred, _accuracy_pct)]
+    def accuracy_pct(references: np.ndarray, predicted: np.ndarray) -> float:
+        return scorer(task).scores(references, predicted)["top1_pct"]
+
+    checks = [("fp32_top1_pct", fp32_pred, accuracy_pct), ("int8_top1_pct", int8_pred, accuracy_pct)]
     if task == TEXT_RECOGNITION:
         checks += [(FP32_CER, fp32_pred, character_error_rate_pct), (INT8_CER, int8_pred, character_error_rate_pct)]
     for key, predicted, measure in checks:
@@ -99,7 +102,7 @@ def check_predictions(predictions_file: Path, metrics: dict, task: str, resample
         if recorded is not None and abs(recorded - recomputed) > TOLERANCE:
             problems.append(f"{key} {recorded:.4f} does not match the stored predictions ({recomputed:.4f})")
     try:
-        interval = paired_bootstrap_delta(labels, fp32_pred, int8_pred, resamples, seed)
+        interval = paired_bootstrap_delta(labels, fp32_pred, int8_pred, resamples, seed, task)
     except ValueError as exc:
         return None, [*problems, f"cannot bootstrap the delta: {exc}"]
     return interval, problems
@@ -109,7 +112,7 @@ def task_of_metrics(metrics: dict) -> tuple[str, list[str]]:
     """The task an evaluation records (classification when it records none, as before tasks existed), and
     why it cannot be judged. Fails closed: an evaluation with CER numbers is judged as text."""
     task = metrics.get(TASK, CLASSIFICATION)
-    if task not in (CLASSIFICATION, TEXT_RECOGNITION):
+    if task not in TASK_NAMES:
         return TEXT_RECOGNITION, [f"the evaluation records task {task!r}, which this gate cannot judge"]
     if task == CLASSIFICATION and any(key in metrics for key in (FP32_CER, INT8_CER)):
         return TEXT_RECOGNITION, ["the evaluation records classification but has character error rates"]

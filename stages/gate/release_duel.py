@@ -21,6 +21,7 @@ from quantgate.stages.gate.criterion import Criterion, criterion, not_applicable
 from quantgate.stages.gate.outputs import RELEASE_CER_INCREASE, RELEASE_DUEL, RELEASE_REGRESSION
 from quantgate.stages.gate.predictions import TOLERANCE, paired_bootstrap_delta
 from quantgate.stages.gate.runtimes import criterion_name
+from quantgate.stages.tasks import TEXT_RECOGNITION
 
 __all__ = ["RELEASE_DUEL", "ReleaseDuel", "release_criteria"]
 NO_RELEASE = "no release version yet, nothing to compare with"
@@ -55,9 +56,9 @@ def _read(path: Path | None) -> dict | None:
         return None
 
 
-def _checked(record: dict, arrays: dict, text: bool) -> tuple[dict, list[str]]:
+def _checked(record: dict, arrays: dict, task: str) -> tuple[dict, list[str]]:
     """The paired numbers recomputed from the file, and where they differ from the recorded ones."""
-    numbers = paired_numbers(arrays["references"], arrays["release_pred"], arrays["candidate_pred"], text)
+    numbers = paired_numbers(arrays["references"], arrays["release_pred"], arrays["candidate_pred"], task)
     problems = [f"{key} {record.get(key)!r} does not match the paired file ({value!r})"
                 for key, value in numbers.items()
                 if value is not None and (number(record, key) is None or abs(number(record, key) - value) > TOLERANCE)]
@@ -72,10 +73,11 @@ def _skipped_or_failed(policy: GatePolicy, names: list[tuple[str, float]], note:
 
 
 def release_criteria(policy: GatePolicy, release: ReleaseDuel | None, runtimes: tuple[str, ...], primary: str,
-                     text: bool, resamples: int | None = None, seed: int | None = None
+                     task: str, resamples: int | None = None, seed: int | None = None
                      ) -> tuple[list[Criterion], dict | None]:
     """Every runtime's release_regression_pts (and, for text, release_cer_increase_pts), and the record's
-    summary of the duel (None without a release)."""
+    summary of the duel (None without a release). `task` is the evaluation's task name."""
+    text = task == TEXT_RECOGNITION
     resamples = policy.bootstrap_resamples if resamples is None else resamples
     seed = policy.bootstrap_seed if seed is None else seed
     criteria: list[Criterion] = []
@@ -101,7 +103,7 @@ def release_criteria(policy: GatePolicy, release: ReleaseDuel | None, runtimes: 
                   f"{record.get(duel.PROBLEM) or 'the duel recorded no scores'}"
             criteria += _skipped_or_failed(policy, names, why)
             continue
-        found, summary_entry = _judged_runtime(policy, release, record, runtime, names, text, resamples, seed)
+        found, summary_entry = _judged_runtime(policy, release, record, runtime, names, task, resamples, seed)
         criteria += found
         summary["runtimes"][runtime] = summary_entry
     if summary is not None:
@@ -111,14 +113,14 @@ def release_criteria(policy: GatePolicy, release: ReleaseDuel | None, runtimes: 
 
 
 def _judged_runtime(policy: GatePolicy, release: ReleaseDuel, record: dict, runtime: str,
-                    names: list[tuple[str, float]], text: bool, resamples: int, seed: int
+                    names: list[tuple[str, float]], task: str, resamples: int, seed: int
                     ) -> tuple[list[Criterion], dict]:
     entry = (record.get(duel.RUNTIMES) or {}).get(runtime)
     arrays = _read(release.paired.get(runtime)) if entry else None
     if arrays is None:
         why = f"the duel with release {release.version} has no readable {runtime} scores"
         return [criterion(name, None, limit, "<=", "pts", why) for name, limit in names], {}
-    numbers, problems = _checked(entry, arrays, text)
+    numbers, problems = _checked(entry, arrays, task)
     paired = len(arrays["references"])
     statement = _statement(record)
     if problems:
@@ -128,7 +130,7 @@ def _judged_runtime(policy: GatePolicy, release: ReleaseDuel, record: dict, runt
         why = f"{statement}: fewer than gate.min_paired_samples={policy.min_paired_samples}, too few to compare"
         return [criterion(name, None, limit, "<=", "pts", why) for name, limit in names], numbers
     interval = paired_bootstrap_delta(arrays["references"], arrays["candidate_pred"], arrays["release_pred"],
-                                      resamples, seed)
+                                      resamples, seed, task)
     (name, limit), found = names[0], []
     regression = numbers[duel.REGRESSION]
     ci_note = f"95 % CI [{interval.low_pts:+.2f}, {interval.high_pts:+.2f}] pts (paired bootstrap)"
@@ -139,7 +141,7 @@ def _judged_runtime(policy: GatePolicy, release: ReleaseDuel, record: dict, runt
             f"{numbers[duel.CANDIDATE_INT8_TOP1]:.2f} % this version; {ci_note}; release predictions from "
             f"{entry.get(duel.RELEASE_PREDICTIONS)}")
     found.append(Criterion(name, regression, limit, "<=", "pts", passed, note=note))
-    if text:
+    if task == TEXT_RECOGNITION:
         cer_name, cer_limit = names[1]
         increase = numbers[duel.CER_INCREASE]
         found.append(criterion(cer_name, increase, cer_limit, "<=", "pts",

