@@ -4,34 +4,53 @@
 #   docker build --target cpu -t quantgate:cpu .     # CPU image (the pinned paddlepaddle CPU wheel)
 #   docker run --gpus all -e PREFECT_API_URL=http://HOST:4200/api -v quantgate-store:/data quantgate:gpu
 #
-# Both images install quantgate's pinned dependencies from pyproject.toml. The GPU image installs every
-# pin except `paddlepaddle` (the CPU wheel) and takes `paddlepaddle-gpu` of the same version from Paddle's
-# CUDA 12.6 package index instead: the two wheels both provide the `paddle` module, and installing
-# the CPU one over the GPU one would silently disable the GPU. quantgate itself goes in with --no-deps.
+# Both images install quantgate's pinned dependencies from pyproject.toml into a virtual environment, /opt/venv.
+# The GPU image installs every pin except `paddlepaddle` (the CPU wheel) and takes `paddlepaddle-gpu` of the same
+# version from Paddle's CUDA 12.6 package index instead: the two wheels both provide the `paddle` module, and
+# installing the CPU one over the GPU one would silently disable the GPU. quantgate itself goes in with --no-deps.
+# Both need BuildKit (Docker 23 or later by default) or podman/buildah, for the CPU image's RUN --mount.
 
 ARG PADDLE_VERSION=3.3.1
+# The CPU image's base: any Debian-like image whose `python3` is a CPython 3.11 with the venv module.
+# .ci/image builds on a Debian bookworm made with debootstrap (Docker Hub is unreachable there).
+ARG BASE_IMAGE=python:3.11-slim
 
 # ---------------------------------------------------------------- CPU image
-FROM python:3.11-slim AS cpu
+FROM ${BASE_IMAGE} AS cpu
+# WHEELHOUSE: a folder of wheels in the build context (.ci/image passes .wheelhouse). When set, pip installs
+# from it alone (--no-index), for machines that cannot reach the package index; it is bind-mounted, never
+# copied, so its wheels stay out of the image. Empty, the default: pip uses the package index.
+ARG WHEELHOUSE=
 
 ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PREFECT_SERVER_ANALYTICS_ENABLED=false \
-    QUANTGATE_STORE=/data/store
+    QUANTGATE_STORE=/data/store \
+    PATH=/opt/venv/bin:$PATH
 
 # libgomp: Paddle's OpenMP runtime; libgl1/libglib2.0-0: opencv-python, which paddleslim pins.
+# A virtual environment, as in the GPU image: Debian's own python3 refuses `pip install` outside one (PEP 668).
 RUN apt-get update \
     && apt-get install -y --no-install-recommends libgomp1 libgl1 libglib2.0-0 \
-    && rm -rf /var/lib/apt/lists/*
+    && rm -rf /var/lib/apt/lists/* \
+    && python3 -m venv /opt/venv
 
 WORKDIR /opt/quantgate
 COPY pyproject.toml README.md prefect.yaml ./
+# Every pin of pyproject.toml, in a layer of its own so that a change to the sources does not reinstall them.
+RUN --mount=type=bind,source=./${WHEELHOUSE},target=/wheels \
+    python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /tmp/requirements.txt \
+    && pip install ${WHEELHOUSE:+--no-index --find-links /wheels} -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt
 COPY quantgate ./quantgate
 COPY flows ./flows
 COPY stages ./stages
 COPY artifacts ./artifacts
 COPY examples ./examples
-RUN pip install -e .
+# --no-deps: the pins are in; pip still fetches the build backend (setuptools, wheel) to build the editable install.
+RUN --mount=type=bind,source=./${WHEELHOUSE},target=/wheels \
+    pip install ${WHEELHOUSE:+--no-index --find-links /wheels} --no-deps -e .
 
 VOLUME ["/data"]
 CMD ["prefect", "worker", "start", "--pool", "quantgate", "--type", "process"]

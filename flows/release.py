@@ -29,6 +29,7 @@ from quantgate.config import GatePolicy, PipelineConfig
 from quantgate.errors import Rejected
 from quantgate.flows.duel import current_release, score_release_now
 from quantgate.flows.report import publish_report
+from quantgate.flows.system import OCR_SYSTEM, run_system
 from quantgate.flows.tasks import (
     SOURCE,
     check_calibration_size,
@@ -212,10 +213,13 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
         UntrustedFactory: a run from a deployment names a `module:factory` the worker does not trust.
         ModelProblem: `config.trained_model` cannot be gated as given (before a version exists).
     """
-    check_trusted_factory(config.train.architecture, running_from_deployment())  # before anything imports it
-    check_runtimes(config.evaluate.runtimes)  # a runtime that is not installed fails now, not after training
     root = str(resolve_store_root(store))
     artifact_store = ArtifactStore(root)
+    if config.task == OCR_SYSTEM:  # stored components judged end to end: nothing is trained or quantized
+        version, record, refs = run_system(config, root, reuse)
+        return _published(artifact_store, version, record, refs)
+    check_trusted_factory(config.train.architecture, running_from_deployment())  # before anything imports it
+    check_runtimes(config.evaluate.runtimes)  # a runtime that is not installed fails now, not after training
     warm_start = resolve_warm_start(artifact_store, config, resume, running_from_deployment())  # train.init_from
     resume_from = resume_checkpoint(artifact_store, config.model_name, resume)  # before a version exists
     checked = check_trained_model(config) if config.trained_model else None  # a bad model: exit 2, nothing stored
@@ -251,6 +255,11 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
         except Exception as exc:
             record_error(artifact_store, version, config, exc)
             raise
+    return _published(artifact_store, version, record, refs)
+
+
+def _published(artifact_store: ArtifactStore, version: VersionRef, record: dict, refs: dict[str, StageRef]) -> str:
+    """Publish the run's report as a Prefect artifact; raise GateFailed unless the gate passed."""
     publish_report(version, record, artifact_store.alias(version.model, RELEASE),
                    artifact_store.verify_stage(refs["report"]))
     if record["status"] != "passed":

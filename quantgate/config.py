@@ -23,6 +23,7 @@ from quantgate.data_config import (  # noqa: F401  (one schema: the data section
 )
 from quantgate.errors import BadInput, clipped
 from quantgate.gate_config import GatePolicy, RuntimeName  # noqa: F401  (one schema: re-exported)
+from quantgate.system_config import SystemConfig
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 # A paddle.vision.models / built-in name (resnet18), or a user network's `package.module:factory`.
@@ -273,11 +274,12 @@ def non_default_fields(section: BaseModel, default: BaseModel, where: str) -> li
 
 
 class PipelineConfig(Section):
-    task: Literal["classification", "text_recognition", "text_detection"] = Field(
+    task: Literal["classification", "text_recognition", "text_detection", "ocr_system"] = Field(
         "classification", description="'classification': one class per image, top-1; 'text_recognition': one text "
         "line per image, CTC (datasets text_lines, digit_strings; architecture crnn or a factory); "
         "'text_detection': text boxes per page from a DB detector trained elsewhere (dataset text_boxes, "
-        "trained_model)."
+        "trained_model); 'ocr_system': a detector, an optional direction classifier and a recognizer already "
+        "gated in this store, judged end to end on pages (system, dataset text_boxes)."
     )
     model_name: str = Field(
         "digits-cnn", pattern=NAME_PATTERN, description="Name the versions are stored under (lowercase, digits, . _ -)."
@@ -285,6 +287,9 @@ class PipelineConfig(Section):
     trained_model: TrainedModelConfig | None = Field(
         None, description="A model trained elsewhere to quantize and gate as it is (nothing is trained; the data "
         "feeds calibration, validation and test only); null: train one as the train section says."
+    )
+    system: SystemConfig | None = Field(
+        None, description="task ocr_system: the stored models the system is made of; null for the other tasks."
     )
     data: DataConfig = Field(default_factory=DataConfig, description="Dataset and split.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Training and AMP.")
@@ -296,11 +301,20 @@ class PipelineConfig(Section):
     def _task_fits_the_data(self) -> "PipelineConfig":
         text_data, architecture = self.data.dataset in TEXT_DATASETS, self.train.architecture
         box_data = self.data.dataset in BOX_DATASETS
+        if self.task == "ocr_system":
+            if self.system is None or not box_data or self.trained_model is not None:
+                raise ValueError("task 'ocr_system' needs a system section (detector, recognizer, optionally "
+                                 "classifier: models gated in this store), data.dataset 'text_boxes' with the pages, "
+                                 "and no trained_model")
+            return self
+        if self.system is not None:
+            raise ValueError("the system section applies to task 'ocr_system' only")
         if self.task == "text_detection" and not box_data:
             raise ValueError(f"task 'text_detection' reads pages with boxes: set data.dataset to 'text_boxes' "
                              f"(got {self.data.dataset!r})")
         if box_data and self.task != "text_detection":
-            raise ValueError("dataset 'text_boxes' holds pages with text boxes: set task: text_detection")
+            raise ValueError("dataset 'text_boxes' holds pages with text boxes: set task: text_detection (or "
+                             "ocr_system)")
         if self.task == "text_detection" and self.trained_model is None:
             raise ValueError("training a text detector is out of scope for quantgate: export your DB detector with "
                              "PaddleOCR (tools/export_model.py, legacy format) and set trained_model.path to it")

@@ -33,8 +33,8 @@ BY_RUNTIME = "; one number for every runtime, or a map {runtime: number} naming 
 class GatePolicy(Section):
     # The thresholds of the criteria judged once per runtime (stages/gate/runtimes.py PER_RUNTIME).
     PER_RUNTIME: ClassVar[tuple[str, ...]] = (
-        "max_accuracy_drop", "max_cer_increase_pts", "max_hmean_drop_pts", "min_agreement", "min_int8_accuracy",
-        "min_speedup")
+        "max_accuracy_drop", "max_cer_increase_pts", "max_hmean_drop_pts", "max_e2e_line_drop_pts", "min_agreement",
+        "min_int8_accuracy", "min_speedup")
 
     max_accuracy_drop: PerRuntime[Points] = Field(
         1.0, description=f"Largest allowed top-1 drop of INT8 vs FP32, in percentage points{BY_RUNTIME}."
@@ -82,6 +82,11 @@ class GatePolicy(Section):
     max_hmean_drop_pts: PerRuntime[Points] = Field(
         1.0, description="text_detection: largest allowed drop of INT8's hmean (boxes at IoU 0.5) below FP32's, in "
         f"percentage points; it replaces max_accuracy_drop there (other tasks: not applicable){BY_RUNTIME}."
+    )
+    max_e2e_line_drop_pts: PerRuntime[Points] = Field(
+        1.0, description="ocr_system: largest allowed drop of the all-INT8 system's end-to-end line accuracy (a "
+        "line found at IoU >= 0.5 and read exactly) below the all-FP32 system's, in points; with ocr_system, "
+        f"max_cer_increase_pts judges the CER over matched lines and min_agreement the read lines{BY_RUNTIME}."
     )
     min_speedup: PerRuntime[Ratio] = Field(
         1.0, description="Smallest allowed INT8 speedup over FP32 (FP32 / INT8 median latency in that runtime); "

@@ -14,6 +14,8 @@ One package per stage, in pipeline order; each package's `__init__` exposes its 
     duel/      the release scored on the same test samples    -> duel
     gate/      the release policy over measured criteria      -> gate, decide
     report/    report.md and plots                            -> report
+    system/    an OCR system of stored models, end to end     -> evaluate_system, gate_system, report_system
+    tasks/     what a task decodes and scores (classes, CTC lines, DB boxes)
 """
 
-PIPELINE = ("data", "source", "train", "export", "quantize", "convert", "evaluate", "duel", "gate", "report")
+PIPELINE = ("data", "source", "system", "train", "export", "quantize", "convert", "evaluate", "duel", "gate", "report")

@@ -5,6 +5,7 @@
     DIR/preprocessing.json           the data stage's record: steps, transforms, input shape
     DIR/classes.json                 classification: class names, in the order of the model's outputs
     DIR/characters.txt               text recognition: the dictionary, one character per line (id = line + 1, 0 = blank)
+                                     (a text detector has neither: its DB post-processing is in preprocessing.json)
     DIR/<runtime>/fp32.onnx, int8.onnx                   an ONNX runtime's models (onnxruntime, openvino)
     DIR/<runtime>/fp32/model.pdmodel, model.pdiparams    a Paddle program and its parameters (paddle_inference)
     DIR/<runtime>/int8/model.pdmodel, model.pdiparams
@@ -12,6 +13,13 @@
 Each runtime the version was gated on gets the FP32 and INT8 model in the form the evaluate stage ran
 (it records each form's stage and files: "fp32_source", "int8_source"); a version evaluated before
 several runtimes could be gated has onnxruntime's convert-stage models only.
+
+An OCR system's bundle (`system_writer.py`) holds each component's files in a folder of its name instead:
+
+    DIR/system.json                                   the system stage's record: components, drop_score, cls_thresh
+    DIR/detector/fp32.onnx, int8.onnx, preprocessing.json
+    DIR/classifier/fp32.onnx, int8.onnx, preprocessing.json, classes.json     (when the system has one)
+    DIR/recognizer/fp32.onnx, int8.onnx, preprocessing.json, characters.txt
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE
 from quantgate.stages.data.outputs import DICTIONARY_FILE as DATA_DICTIONARY_FILE
 from quantgate.stages.evaluate.outputs import ONNXRUNTIME, RUNTIME_NAMES
 # bundle.json "task" (absent in bundles from before tasks: classification)
-from quantgate.stages.tasks import CLASSIFICATION, TEXT_RECOGNITION  # noqa: F401
+from quantgate.stages.tasks import CLASSIFICATION, TEXT_DETECTION, TEXT_RECOGNITION  # noqa: F401
 
 BUNDLE_FILE = "bundle.json"
 MODEL_CARD_MD = "model_card.md"
@@ -33,12 +41,21 @@ CLASSES_FILE = "classes.json"
 # A text recognizer's dictionary, copied from the data stage under its name there (PaddleOCR's format).
 DICTIONARY_FILE = DATA_DICTIONARY_FILE
 
+# An OCR system's version: a "system" stage whose system.json names a passed detector, (classifier) and
+# recognizer version of the same store. TODO(lead): import these three names from where the system stage
+# declares its outputs once it exists, so they are spelled once.
+OCR_SYSTEM = "ocr_system"
+SYSTEM_STAGE = "system"
+SYSTEM_FILE = "system.json"
+
 FORMAT = "quantgate-bundle"
-# The newest format this quantgate reads and writes. Version 2 added text recognizers (bundle.json
-# "task", characters.txt instead of classes.json); a classifier's bundle is unchanged and stays version 1,
-# so quantgate releases that read only version 1 still run it.
-FORMAT_VERSION = 2
-CLASSIFIER_FORMAT_VERSION = 1
+# The newest format this quantgate reads and writes. Version 2 added text recognizers (bundle.json "task",
+# characters.txt instead of classes.json); version 3 text detectors (task "text_detection": no class list, the
+# DB post-processing in preprocessing.json) and OCR systems (task "ocr_system": "components", "drop_score",
+# "cls_thresh", system.json). Each bundle is written with the oldest version that can describe it, so a
+# quantgate that reads only version 1 still runs a classifier's bundle, and one that reads 2 a recognizer's.
+FORMAT_VERSION = 3
+TASK_FORMAT_VERSIONS = {CLASSIFICATION: 1, TEXT_RECOGNITION: 2, TEXT_DETECTION: 3, OCR_SYSTEM: 3}
 
 DEFAULT_RUNTIME = ONNXRUNTIME
 KNOWN_RUNTIMES = RUNTIME_NAMES

@@ -7,7 +7,7 @@ version's stages measured and recorded; nothing is measured again here.
 
 from __future__ import annotations
 
-from quantgate.bundle.layout import TEXT_RECOGNITION
+from quantgate.bundle.layout import TEXT_DETECTION, TEXT_RECOGNITION
 from quantgate.bundle.sources import VersionSources
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE
 from quantgate.stages.evaluate.outputs import HEADLINE_METRICS, ONNXRUNTIME, PREDICTIONS_FILE
@@ -23,6 +23,13 @@ TEXT_EVALUATION_COLUMNS = (("fp32_top1_pct", "FP32 line accuracy %"), ("int8_top
                            ("accuracy_delta_pts", "delta pts"), ("fp32_cer_pct", "FP32 CER %"),
                            ("int8_cer_pct", "INT8 CER %"), ("cer_increase_pts", "CER increase pts"),
                            *EVALUATION_COLUMNS[3:])
+# A text detector's accuracy keys hold the hmean of its boxes (IoU above 0.5) over the test pages.
+DETECTION_EVALUATION_COLUMNS = (("fp32_hmean_pct", "FP32 hmean %"), ("int8_hmean_pct", "INT8 hmean %"),
+                                ("hmean_drop_pts", "hmean drop pts"), ("fp32_precision_pct", "FP32 precision %"),
+                                ("int8_precision_pct", "INT8 precision %"), ("fp32_recall_pct", "FP32 recall %"),
+                                ("int8_recall_pct", "INT8 recall %"), ("fp32_boxes", "FP32 boxes"),
+                                ("int8_boxes", "INT8 boxes"), *EVALUATION_COLUMNS[3:])
+COLUMNS_BY_TASK = {TEXT_RECOGNITION: TEXT_EVALUATION_COLUMNS, TEXT_DETECTION: DETECTION_EVALUATION_COLUMNS}
 
 
 def evaluation_by_runtime(evaluated: dict, runtimes: tuple[str, ...]) -> dict[str, dict]:
@@ -59,7 +66,9 @@ def build_card(sources: VersionSources, files: dict[str, dict], lineage: dict, r
     sizes = {runtime: {precision: sum(files[path]["bytes"] for path in paths) for precision, paths in forms.items()}
              for runtime, forms in runtime_files.items()}
     task = sources.task
-    vocabulary = {"characters": sources.characters()} if task == TEXT_RECOGNITION else {"classes": sources.classes()}
+    vocabulary = ({"characters": sources.characters()} if task == TEXT_RECOGNITION else
+                  {"postprocess": sources.preprocessing()["postprocess"]} if task == TEXT_DETECTION else
+                  {"classes": sources.classes()})
     return {
         "created_at": created_at,
         "model": {"name": sources.ref.model, "version": sources.ref.version,
@@ -119,6 +128,13 @@ def _summary(card: dict) -> list[str]:
         what = (f"recognizing text lines (CTC, greedy decoding) over a dictionary of {len(characters)} characters "
                 f"({shown}); INT8 line accuracy {_number(primary.get('int8_top1_pct'))} %, character error rate "
                 f"{_number(primary.get('int8_cer_pct'))} % on the test split,")
+    elif model.get("task") == TEXT_DETECTION:
+        params = model["postprocess"]
+        primary = card["evaluation"]["runtimes"].get(card["evaluation"]["primary_runtime"], {})
+        what = (f"detecting text boxes on pages (DB post-processing: thresh {params.get('thresh')}, box_thresh "
+                f"{params.get('box_thresh')}, unclip_ratio {params.get('unclip_ratio')}); INT8 hmean "
+                f"{_number(primary.get('int8_hmean_pct'))} % (precision {_number(primary.get('int8_precision_pct'))} "
+                f"%, recall {_number(primary.get('int8_recall_pct'))} %) on the test pages,")
     else:
         classes = model["classes"]
         shown = ", ".join(classes[:20]) + (", ..." if len(classes) > 20 else "")
@@ -162,7 +178,7 @@ def _quantization(quantization: dict) -> list[str]:
 
 
 def _evaluation(evaluation: dict, task: str | None) -> list[str]:
-    columns = TEXT_EVALUATION_COLUMNS if task == TEXT_RECOGNITION else EVALUATION_COLUMNS
+    columns = COLUMNS_BY_TASK.get(task, EVALUATION_COLUMNS)
     rows = [(runtime, *(record.get(key) for key, _ in columns)) for runtime, record in evaluation["runtimes"].items()]
     return [(f"## Evaluation (test split, {evaluation['test_samples']} samples; primary runtime "
              f"{evaluation['primary_runtime']})"), "",

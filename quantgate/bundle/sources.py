@@ -12,6 +12,7 @@ from quantgate.artifacts import ArtifactError, ArtifactStore, VersionRef
 from quantgate.bundle.layout import (
     CLASSIFICATION,
     DICTIONARY_FILE,
+    TEXT_DETECTION,
     KNOWN_RUNTIMES,
     MODELS_BEFORE_MULTI_RUNTIME,
     PRECISIONS,
@@ -81,7 +82,8 @@ class VersionSources:
 
     @property
     def task(self) -> str:
-        """The data stage's task: "classification" (also for records from before tasks) or "text_recognition"."""
+        """The data stage's task: "classification" (also for records from before tasks), "text_recognition" or
+        "text_detection"."""
         return str(self.read_json("data", DATASET_FILE).get("task", CLASSIFICATION))
 
     def characters(self) -> list[str]:
@@ -142,10 +144,19 @@ class VersionSources:
         return forms
 
     def preprocessing(self) -> dict:
+        """The data stage's record of what a deployment does to an input (and, for a detector, to its map).
+
+        Raises:
+            CannotBundle: there is none, or a detector's lacks its DB post-processing.
+        """
         record = self.metrics("data").get(PREPROCESSING)
         if not isinstance(record, dict) or "transforms" not in record:
             raise CannotBundle(f"{self.label} records no preprocessing in its data stage (it was made before quantgate "
                                "recorded one), so a deployment could not prepare its inputs; run it again with "
+                               "`quantgate run` and bundle the new version")
+        if self.task == TEXT_DETECTION and not isinstance(record.get("postprocess"), dict):
+            raise CannotBundle(f"{self.label} records no DB post-processing in its data stage's preprocessing, so a "
+                               "deployment could not turn the detector's map into boxes; run it again with "
                                "`quantgate run` and bundle the new version")
         return record
 

@@ -21,14 +21,22 @@ from quantgate.bundle.layout import (
     FORMAT,
     FORMAT_VERSION,
     KNOWN_RUNTIMES,
+    OCR_SYSTEM,
     PRECISIONS,
     PREPROCESSING_FILE,
+    SYSTEM_FILE,
+    TEXT_DETECTION,
     TEXT_RECOGNITION,
 )
 from quantgate.bundle.manifest import seal_matches, sha256_file
 from quantgate.errors import BadInput
 
 SHOWN_PROBLEMS = 10
+TASKS = (CLASSIFICATION, TEXT_RECOGNITION, TEXT_DETECTION, OCR_SYSTEM)
+# An OCR system's components, the task each must have, and the file naming its outputs (None: none).
+SYSTEM_COMPONENTS = {"detector": (TEXT_DETECTION, None), "classifier": (CLASSIFICATION, "classes"),
+                     "recognizer": (TEXT_RECOGNITION, "characters")}
+OPTIONAL_COMPONENTS = ("classifier",)
 
 
 class BundleInvalid(BadInput):
@@ -52,8 +60,12 @@ class VerifiedBundle:
 
     @property
     def task(self) -> str:
-        """"classification" (bundles from before tasks too) or "text_recognition"."""
+        """"classification" (bundles from before tasks too), "text_recognition", "text_detection" or "ocr_system"."""
         return str(self.manifest.get("task", CLASSIFICATION))
+
+    def component(self, name: str) -> dict | None:
+        """An OCR system bundle's entry for component `name` (None: the system has no such component)."""
+        return self.manifest.get("components", {}).get(name)
 
     def model_files(self, runtime: str, precision: str) -> list[Path]:
         """The files `runtime` loads for `precision`, the one to load first."""
@@ -70,15 +82,15 @@ class VerifiedBundle:
         """A small JSON file of the bundle, parsed from bytes whose sha256 was checked as they were read."""
         return json.loads(self.read_bytes(name))
 
-    def characters(self) -> tuple[str, ...]:
+    def characters(self, name: str = DICTIONARY_FILE) -> tuple[str, ...]:
         """A text recognizer's dictionary (characters.txt), in id order: output index k is character k - 1."""
-        return tuple(self.read_bytes(DICTIONARY_FILE).decode("utf-8").removesuffix("\n").split("\n"))
+        return tuple(self.read_bytes(name).decode("utf-8").removesuffix("\n").split("\n"))
 
-    def classes(self) -> list[str]:
-        return [str(name) for name in self.read_json(CLASSES_FILE)]
+    def classes(self, name: str = CLASSES_FILE) -> list[str]:
+        return [str(item) for item in self.read_json(name)]
 
-    def preprocessing(self) -> dict:
-        return dict(self.read_json(PREPROCESSING_FILE))
+    def preprocessing(self, name: str = PREPROCESSING_FILE) -> dict:
+        return dict(self.read_json(name))
 
 
 _FIX = ("it was changed or damaged after `quantgate bundle` wrote it; make it again from the store with "
@@ -158,12 +170,43 @@ def _check_listing(where: Path, manifest: dict) -> None:
                 or any(path not in files for path in forms[precision]) for precision in PRECISIONS):
             raise BundleInvalid(f"{where} describes runtime {runtime!r} with files it does not list; {_FIX}")
     task = manifest.get("task", CLASSIFICATION)
-    if task not in (CLASSIFICATION, TEXT_RECOGNITION):
+    if task not in TASKS:
         raise BundleInvalid(f"{where} holds a model for task {task!r}, which this quantgate does not know; upgrade "
                             "quantgate to read it")
-    for required in (DICTIONARY_FILE if task == TEXT_RECOGNITION else CLASSES_FILE, PREPROCESSING_FILE):
-        if required not in files:
-            raise BundleInvalid(f"{where} lists no {required}; {_FIX}")
+    if task == OCR_SYSTEM:
+        _check_components(where, manifest)
+        return
+    required = {TEXT_RECOGNITION: (DICTIONARY_FILE,), TEXT_DETECTION: ()}.get(task, (CLASSES_FILE,))
+    for name in (*required, PREPROCESSING_FILE):
+        if name not in files:
+            raise BundleInvalid(f"{where} lists no {name}; {_FIX}")
+
+
+def _check_components(where: Path, manifest: dict) -> None:
+    """An OCR system's components each name their task and files, and every file is listed."""
+    files, components = manifest["files"], manifest.get("components")
+    if not isinstance(components, dict) or SYSTEM_FILE not in files:
+        raise BundleInvalid(f"{where} describes an OCR system without its components or {SYSTEM_FILE}; {_FIX}")
+    for name, (task, names_key) in SYSTEM_COMPONENTS.items():
+        entry = components.get(name)
+        if entry is None and name in OPTIONAL_COMPONENTS:
+            continue
+        if not _component_listed(entry, task, names_key, files):
+            raise BundleInvalid(f"{where} describes the system's {name} without the files of a {task} model that it "
+                                f"lists; {_FIX}")
+    for key in ("drop_score", "cls_thresh"):
+        if not isinstance(manifest.get(key), (int, float)) or isinstance(manifest.get(key), bool):
+            raise BundleInvalid(f"{where} records no {key} for its OCR system; {_FIX}")
+
+
+def _component_listed(entry: object, task: str, names_key: str | None, files: dict) -> bool:
+    if not isinstance(entry, dict) or entry.get("task") != task:
+        return False
+    models = entry.get("models")
+    if not isinstance(models, dict) or sorted(models) != sorted(PRECISIONS):
+        return False
+    paths = [*models.values(), entry.get("preprocessing"), *([entry.get(names_key)] if names_key else [])]
+    return all(isinstance(path, str) and path in files for path in paths)
 
 
 def _walk(root: Path) -> tuple[set[str], list[str]]:

@@ -7,7 +7,6 @@ A reader sees no bundle or a whole one; a refused or failed bundle leaves nothin
 from __future__ import annotations
 
 import errno
-import importlib.metadata
 import os
 import secrets
 import shutil
@@ -16,29 +15,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from quantgate.artifacts import ArtifactStore, VersionRef
+from quantgate.bundle.copying import copy_stage_file, created_by, task_keys, task_records, written
 from quantgate.bundle.layout import (
     BUNDLE_FILE,
-    CLASSES_FILE,
-    CLASSIFIER_FORMAT_VERSION,
     DEFAULT_RUNTIME,
-    DICTIONARY_FILE,
     FORMAT,
-    FORMAT_VERSION,
     MODEL_CARD_JSON,
     MODEL_CARD_MD,
     PREPROCESSING_FILE,
-    TEXT_RECOGNITION,
+    TASK_FORMAT_VERSIONS,
 )
-from quantgate.bundle.manifest import (
-    canonical_json,
-    copy_hashed,
-    fsync_folder,
-    fsync_tree,
-    sealed_json,
-    write_new,
-)
+from quantgate.bundle.manifest import canonical_json, fsync_folder, fsync_tree, sealed_json, write_new
 from quantgate.bundle.model_card import build_card, render_markdown
-from quantgate.bundle.sources import CannotBundle, VersionSources, read_sources
+from quantgate.bundle.sources import VersionSources, read_sources
+from quantgate.bundle.system_sources import SystemSources, is_system_version, read_system_sources
+from quantgate.bundle.system_writer import fill_system
 from quantgate.bundle.verify import VerifiedBundle, open_bundle
 from quantgate.errors import BadInput
 
@@ -52,25 +43,30 @@ class OutputExists(BadInput):
 @dataclass(frozen=True)
 class BundleResult:
     bundle: VerifiedBundle
-    sources: VersionSources
+    sources: VersionSources | SystemSources
 
 
 def write_bundle(store: ArtifactStore, ref: VersionRef, out: Path) -> BundleResult:
     """Bundle the passed version `ref` into the new folder `out` (which may exist if empty).
 
+    An OCR system's version (a "system" stage naming its components) is bundled with every component's models
+    and records (system_writer.py); any other with its own.
+
     Raises:
-        NotPassed: the version's gate did not pass; nothing is written.
+        NotPassed: the version's gate (or, for a system, any component's) did not pass; nothing is written.
         OutputExists: `out` exists and is not an empty folder.
         CannotBundle: the version lacks a record a bundle needs, or a stored file changed while copied.
     """
     out = Path(out).expanduser().absolute()
     _check_target(out)
-    sources = read_sources(store, ref)  # refuses a version that did not pass before anything is written
+    # Refuses a version that did not pass before anything is written.
+    system = is_system_version(store, ref)
+    sources = read_system_sources(store, ref) if system else read_sources(store, ref)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.parent / f"{STAGING_PREFIX}{out.name}-{secrets.token_hex(4)}"
     staging.mkdir()
     try:
-        _fill(staging, sources)
+        fill_system(staging, sources) if system else _fill(staging, sources)
         fsync_tree(staging)
         checked = open_bundle(staging)  # what predict will check, proven before the bundle appears
         _rename_into_place(staging, out)
@@ -100,24 +96,19 @@ def _rename_into_place(staging: Path, out: Path) -> None:
 def _fill(staging: Path, sources: VersionSources) -> None:
     """Copy each gated runtime's models, write the records and the card, then the sealed manifest."""
     files, origins, runtime_files = _copy_models(staging, sources)
-    text = sources.task == TEXT_RECOGNITION
-    files[PREPROCESSING_FILE] = _written(staging / PREPROCESSING_FILE, canonical_json(sources.preprocessing()))
-    if text:  # the recognizer's output ids as characters: what predict decodes its lines with
-        files[DICTIONARY_FILE] = _written(staging / DICTIONARY_FILE, sources.dictionary())
-    else:
-        files[CLASSES_FILE] = _written(staging / CLASSES_FILE, canonical_json(sources.classes()))
+    files.update(task_records(staging, sources))
     created_at = datetime.now(UTC).isoformat(timespec="seconds")
     lineage = {"store": str(sources.store.root), "model": sources.ref.model, "version": sources.ref.version,
                "version_record_sha256": sources.record.get("record_sha256"), "decision": sources.decision,
                "stages": sources.record.get("stages", {}), "sources": origins}
     card = build_card(sources, files, lineage, runtime_files, created_at)
-    files[MODEL_CARD_JSON] = _written(staging / MODEL_CARD_JSON, canonical_json(card))
-    files[MODEL_CARD_MD] = _written(staging / MODEL_CARD_MD, render_markdown(card).encode("utf-8"))
+    files[MODEL_CARD_JSON] = written(staging / MODEL_CARD_JSON, canonical_json(card))
+    files[MODEL_CARD_MD] = written(staging / MODEL_CARD_MD, render_markdown(card).encode("utf-8"))
     evaluate_config = sources.manifests["evaluate"].get("config") or {}
     manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION if text else CLASSIFIER_FORMAT_VERSION,
+        "format": FORMAT, "format_version": TASK_FORMAT_VERSIONS[sources.task],
         "created_at": created_at,
-        "created_by": f"quantgate {importlib.metadata.version('quantgate')}",
+        "created_by": created_by(),
         "model": sources.ref.model, "version": sources.ref.version, "architecture": card["model"]["architecture"],
         "input": {"shape": card["model"]["input_shape"], "dtype": "float32", "layout": "NCHW"},
         # A model trained elsewhere may end in softmax: predict then shows its outputs as they are.
@@ -126,7 +117,7 @@ def _fill(staging: Path, sources: VersionSources) -> None:
         "default_runtime": DEFAULT_RUNTIME if DEFAULT_RUNTIME in runtime_files else sources.runtimes[0],
         # How the gate ran the models; predict runs them the same way, so it reproduces the stored predictions.
         "evaluated_with": {"batch_size": evaluate_config.get("batch_size"), "threads": evaluate_config.get("threads")},
-        **({"task": TEXT_RECOGNITION, "characters": DICTIONARY_FILE} if text else {"classes": CLASSES_FILE}),
+        **task_keys(sources.task),
         "preprocessing": PREPROCESSING_FILE, "model_card": [MODEL_CARD_MD, MODEL_CARD_JSON],
         "gate": {"passed": True, "verdict": sources.verdict, "runtimes": card["gate"]["runtimes"]},
         "lineage": lineage,
@@ -143,19 +134,9 @@ def _copy_models(staging: Path, sources: VersionSources) -> tuple[dict, dict, di
         runtime_files[runtime] = {}
         for precision, model_files in sources.model_files(runtime).items():
             for model_file in model_files:
-                sha256, size = copy_hashed(sources.folders[model_file.stage] / model_file.file,
-                                           staging / model_file.path)
-                recorded = sources.recorded_sha256(model_file.stage, model_file.file)
-                if sha256 != recorded:
-                    raise CannotBundle(f"{sources.label} {model_file.stage}/{model_file.file} changed while it was "
-                                       f"copied (sha256 {sha256[:12]}…, recorded {recorded[:12]}…); run "
-                                       "`quantgate fsck`; nothing was written")
-                files[model_file.path] = {"sha256": sha256, "bytes": size}
-                origins[model_file.path] = {"stage": model_file.stage, "file": model_file.file, "sha256": sha256}
+                entry = copy_stage_file(staging, sources, model_file.stage, model_file.file, model_file.path)
+                files[model_file.path] = entry
+                origins[model_file.path] = {"stage": model_file.stage, "file": model_file.file,
+                                            "sha256": entry["sha256"]}
             runtime_files[runtime][precision] = [model_file.path for model_file in model_files]
     return files, origins, runtime_files
-
-
-def _written(path: Path, data: bytes) -> dict:
-    sha256, size = write_new(path, data)
-    return {"sha256": sha256, "bytes": size}

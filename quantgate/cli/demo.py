@@ -36,6 +36,6 @@ def handle(args: argparse.Namespace) -> int:
         raise DemoError(f"--font {args.font} is not a file; pass a .ttf/.ttc font with Chinese glyphs")
     written = write_demo_dataset(args.out, args.pages, args.seed, args.test_fraction, font=args.font)
     counts = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in written.items()}
-    print(f"wrote {args.pages} pages under {args.out / PAGES_FOLDER}: {counts['calibration']} in {written['calibration']}, "
-          f"{counts['test']} in {written['test']}")
+    print(f"wrote {args.pages} pages under {args.out / PAGES_FOLDER}: {counts['calibration']} in "
+          f"{written['calibration']}, {counts['test']} in {written['test']}")
     return 0

@@ -205,14 +205,17 @@ def metric_lines(metrics: dict | None) -> list[str]:
 
     if not metrics:
         return []
-    name = {"line accuracy": "line acc", "hmean": "hmean"}.get(metrics.get(headline.ACCURACY_METRIC), "top-1")
+    measure = metrics.get(headline.ACCURACY_METRIC)
+    name = {"line accuracy": "line acc", "hmean": "hmean", "end-to-end line accuracy": "e2e lines"}.get(measure,
+                                                                                                      "top-1")
     lines = [f"  {name:<9} FP32 {metrics[headline.FP32_TOP1]:.2f} %   INT8 {metrics[headline.INT8_TOP1]:.2f} %   "
              f"delta {metrics[headline.ACCURACY_DELTA]:+.2f} pts   agreement {metrics[headline.AGREEMENT]:.4f}"]
     if headline.CER_INCREASE in metrics:
         lines.append(f"  CER       FP32 {metrics[headline.FP32_CER]:.2f} %   INT8 {metrics[headline.INT8_CER]:.2f} %   "
                      f"increase {metrics[headline.CER_INCREASE]:+.2f} pts")
     lines.append(f"  latency   FP32 {metrics[headline.LATENCY_P50_FP32]:.3f} ms   "
-                 f"INT8 {metrics[headline.LATENCY_P50_INT8]:.3f} ms   (onnxruntime, median per batch)")
+                 f"INT8 {metrics[headline.LATENCY_P50_INT8]:.3f} ms   (onnxruntime, median per "
+                 f"{'page' if measure == 'end-to-end line accuracy' else 'batch'})")
     return lines
 
 

@@ -89,9 +89,11 @@ def _check_canvas(lines: list[BoxLine], facts: dict[str, FileFacts], root: Path,
         f"[{max(largest_h, canvas_h)}, {max(largest_w, canvas_w)}]")
 
 
-def plan_text_boxes(config: DataConfig, state: HashState | None = None, training: bool = False) -> BoxPlan:
+def plan_text_boxes(config: DataConfig, state: HashState | None = None, training: bool = False,
+                    all_test: bool = False) -> BoxPlan:
     """Read and check the label file(s), hash and check every page, split the pages (nothing trains a detector
-    here: `training` only decides the split rule, as for other trained models).
+    here: `training` only decides the split rule, as for other trained models). With `all_test` (an OCR system,
+    which calibrates nothing) every page is a test page.
 
     Raises:
         BadTextBoxes: a label line, a box or a page is unusable, or a page does not fit the canvas (each named,
@@ -111,8 +113,9 @@ def plan_text_boxes(config: DataConfig, state: HashState | None = None, training
                          for line in every})
     _check_canvas(every, facts, root, config)
     main, test = read["label_file"], read.get("test_label_file", [])
-    indices = plain_split(len(main), config, test_count=len(test), training=training)
     ordered = main + test
+    indices = ({name: [] for name in SPLIT_NAMES} | {"test": range(len(ordered))} if all_test else
+               plain_split(len(main), config, test_count=len(test), training=training))
     rows = []
     for name in SPLIT_NAMES:
         for index in indices[name]:

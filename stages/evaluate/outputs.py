@@ -34,6 +34,7 @@ INT8_CER = "int8_cer_pct"
 CER_INCREASE = "cer_increase_pts"  # INT8's CER minus FP32's, in points; the gate's max_cer_increase_pts reads it
 HMEAN_DROP = "hmean_drop_pts"  # text detection: FP32 hmean - INT8 hmean, in points (positive: INT8 worse)
 TEXT_METRICS = (FP32_CER, INT8_CER, CER_INCREASE)
+DETECTION_METRICS = ("fp32_precision_pct", "int8_precision_pct", "fp32_recall_pct", "int8_recall_pct", HMEAN_DROP)
 # text_recognition: per reference character, how often it occurs and how often FP32 / INT8 missed it
 # ({"runtime": primary, "fp32": {char: {"count", "errors"}}, "int8": {...}}), for the report's table.
 CHARACTER_ERRORS_FILE = "character_errors.json"
@@ -57,8 +58,14 @@ HEADLINE_METRICS = (FP32_TOP1, INT8_TOP1, ACCURACY_DELTA, AGREEMENT, LATENCY_P50
 def headline_keys(evaluation: Mapping) -> tuple[str, ...]:
     """The headline metrics of an evaluation: HEADLINE_METRICS, and for text recognition its task, what the
     accuracy measures and the character error rates (classification records stay as they were)."""
-    if evaluation.get(TASK) == "text_recognition":
+    task = evaluation.get(TASK)
+    if task == "text_recognition":
         return (*HEADLINE_METRICS, TASK, ACCURACY_METRIC, *TEXT_METRICS)
+    if task == "text_detection":
+        return (*HEADLINE_METRICS, TASK, ACCURACY_METRIC, *DETECTION_METRICS)
+    if task == "ocr_system":  # end-to-end line accuracy under the top-1 keys; per-page latency
+        return tuple(key for key in (*HEADLINE_METRICS, TASK, ACCURACY_METRIC, "e2e_line_drop_pts", *TEXT_METRICS)
+                     if key in evaluation)
     return HEADLINE_METRICS
 
 

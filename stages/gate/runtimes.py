@@ -24,7 +24,7 @@ DEFAULT_RUNTIME = "onnxruntime"
 
 # Criteria judged once per runtime, the comparison with the release too (on the duel's paired samples in that
 # runtime). cer_increase_pts and release_cer_increase_pts: text recognition only.
-PER_RUNTIME = ("accuracy_drop_pts", "cer_increase_pts", "hmean_drop_pts", "agreement", "int8_top1_pct", "delta_ci95_low_pts", "speedup",
+PER_RUNTIME = ("accuracy_drop_pts", "cer_increase_pts", "hmean_drop_pts", "e2e_line_drop_pts", "agreement", "int8_top1_pct", "delta_ci95_low_pts", "speedup",
                *RELEASE_CRITERIA)
 PRIMARY_ONLY: tuple[str, ...] = ()
 

@@ -43,7 +43,8 @@ PROGRESS_EVERY_S = 5.0
 @dataclass(frozen=True)
 class ModelFiles:
     """One component's FP32 and INT8 models: ONNX files for onnxruntime and OpenVINO, Paddle inference program
-    folders (inference.pdmodel / .pdiparams) for paddle_inference (only needed there)."""
+    folders for paddle_inference (only needed there; the export stage's model.pdmodel / model.pdiparams, as
+    `forms.ModelForm.files` names them)."""
 
     fp32_onnx: Path
     int8_onnx: Path

@@ -28,7 +28,7 @@ FAR_PX = 8  # "far from text": this much paper away from every box
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory) -> tuple[Path, list[tuple[str, list[dict]]]]:
     root = tmp_path_factory.mktemp("pages")
-    return root, render_pages(root, PAGES, seed=11)
+    return root, render_pages(root, PAGES, seed=11)  # its first three: two with a seal ring, two with a table
 
 
 def rectangles(boxes: list[dict]) -> list[tuple[int, int, int, int]]:
@@ -130,22 +130,29 @@ def test_demo_pages_command_writes_pages_and_both_label_files(tmp_path, capsys):
 
 # ---- PaddleOCR's detector on the pages (Paddle Inference, PaddleOCR's preprocessing, no DB post-processing) -------
 
-def detector_probabilities(model_dir: Path, bgr: np.ndarray) -> np.ndarray:
-    """PP-OCRv4's text probability map for a page, at the page's size: PaddleOCR's DetResizeForTest (sides rounded
-    to multiples of 32; the pages are within its 960 limit), /255, ImageNet normalize, CHW."""
-    import cv2
+def detector(model_dir: Path):
+    """PP-OCRv4's detector in Paddle Inference on the CPU, as `predictor` makes the recognizer, but without oneDNN:
+    its conv2d_transpose breaks this detector."""
+    import quantgate  # noqa: F401  (sets FLAGS_enable_pir_api=0 before paddle loads: the program is legacy format)
     from paddle import inference
 
     config = inference.Config(str(model_dir / "inference.pdmodel"), str(model_dir / "inference.pdiparams"))
     config.disable_gpu()
-    config.disable_mkldnn()  # oneDNN's conv2d_transpose breaks this detector
+    config.disable_mkldnn()
     config.set_cpu_math_library_num_threads(4)
     config.disable_glog_info()
+    return inference.create_predictor(config)
+
+
+def text_probabilities(model, bgr: np.ndarray) -> np.ndarray:
+    """The detector's text probability map for a page, at the page's size: PaddleOCR's DetResizeForTest (sides
+    rounded to multiples of 32; the pages are within its 960 limit), /255, ImageNet normalize, CHW."""
+    import cv2
+
     height, width = bgr.shape[:2]
     resized = cv2.resize(bgr, (max(32, round(width / 32) * 32), max(32, round(height / 32) * 32)))
     pixels = ((resized.astype(np.float32) / 255 - DET_MEAN) / DET_STD).astype(np.float32).transpose(2, 0, 1)
-    probabilities = run_predictor(inference.create_predictor(config), pixels[None])[0, 0]
-    return cv2.resize(probabilities, (width, height))
+    return cv2.resize(run_predictor(model, pixels[None])[0, 0], (width, height))
 
 
 def test_pp_ocrv4_detector_sees_text_in_every_box_and_nowhere_else(pages):
@@ -154,12 +161,10 @@ def test_pp_ocrv4_detector_sees_text_in_every_box_and_nowhere_else(pages):
     map far from every box (below DB's 0.3 threshold). A box off by a few pixels fails the first two."""
     import cv2
 
-    import quantgate  # noqa: F401  (FLAGS_enable_pir_api=0 before paddle loads: the detector is legacy format)
-
     root, entries = pages
-    model = paddleocr_models().det
+    model = detector(paddleocr_models().det)
     for path, boxes in entries[:3]:  # a cheque, an invoice and a slip
-        probabilities = detector_probabilities(model, cv2.imread(str(root / path), cv2.IMREAD_COLOR))
+        probabilities = text_probabilities(model, cv2.imread(str(root / path), cv2.IMREAD_COLOR))
         far = np.ones(probabilities.shape, bool)
         for x0, y0, x1, y1 in rectangles(boxes):
             inset = (x1 - x0) * (y1 - y0) * (1 - SHRINK_RATIO ** 2) / (2 * (x1 - x0 + y1 - y0))
