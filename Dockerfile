@@ -36,13 +36,15 @@ RUN apt-get update \
     && python3 -m venv /opt/venv
 
 WORKDIR /opt/quantgate
-COPY pyproject.toml README.md prefect.yaml ./
-# Every pin of pyproject.toml, in a layer of its own so that a change to the sources does not reinstall them.
+# Every pin of pyproject.toml first, in a layer of its own, which podman reuses while pyproject.toml is unchanged
+# (Docker's BuildKit also keys it on the mounted folder: without WHEELHOUSE, the whole build context).
+COPY pyproject.toml ./
 RUN --mount=type=bind,source=./${WHEELHOUSE},target=/wheels \
     python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
         > /tmp/requirements.txt \
     && pip install ${WHEELHOUSE:+--no-index --find-links /wheels} -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
+COPY README.md prefect.yaml ./
 COPY quantgate ./quantgate
 COPY flows ./flows
 COPY stages ./stages

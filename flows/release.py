@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -156,14 +157,23 @@ def publish_record(store: ArtifactStore, version: VersionRef, record: dict, poli
     """Finalize the version with `record` and move `latest` and `release`; return the record as finalized.
 
     `release` is read and, if it moved since the gate read it, the new release is scored and the record
-    judged again (`rejudged`), all outside the alias lock (scoring takes seconds). Under the model's alias
-    lock `release` is read again: if it moved meanwhile, the lock is let go and the loop scores the newer
-    one; otherwise the version is finalized, `latest` moved unless it already names a newer version, and
-    `release` moved (compare-and-set) only if the record still passes.
+    judged again (`rejudged`), all outside the alias lock (scoring takes seconds); see `publish_judged`.
+    """
+    return publish_judged(store, version, lambda release, problem: rejudged(store, version, record, policy, release,
+                                                                            problem))
+
+
+def publish_judged(store: ArtifactStore, version: VersionRef, judge: Callable[[str | None, str], dict]) -> dict:
+    """Finalize the version with `judge(release, problem)`'s record and move `latest` and `release`.
+
+    `judge` gets `release` as read now (and why it could not be read) and returns the record judged against
+    it, outside the alias lock. Under the model's alias lock `release` is read again: if it moved meanwhile,
+    the lock is let go and the loop judges the newer one; otherwise the version is finalized, `latest` moved
+    unless it already names a newer version, and `release` moved (compare-and-set) only if the record passes.
     """
     while True:
         release_seen, problem = current_release(store, version.model)
-        judged = rejudged(store, version, record, policy, release_seen, problem)
+        judged = judge(release_seen, problem)
         with store.alias_moves(version.model) as moves:
             release_now = moves.current(RELEASE)
             if release_now != release_seen and not problem:

@@ -14,8 +14,7 @@ from pathlib import Path
 import onnx
 from prefect import get_run_logger, task
 
-from quantgate.artifacts import LATEST, RELEASE, ArtifactError, ArtifactStore, StageRef, VersionRef
-from quantgate.artifacts.names import version_number
+from quantgate.artifacts import RELEASE, ArtifactError, ArtifactStore, StageRef, VersionRef
 from quantgate.config import DataConfig, GatePolicy, PipelineConfig
 from quantgate.errors import BadInput
 from quantgate.flows.code_version import code_digest
@@ -24,16 +23,15 @@ from quantgate.stages.convert.outputs import FP32_FILE
 from quantgate.stages.data import HashState, prepare_data
 from quantgate.stages.data.outputs import DATASET_FILE, FINGERPRINT, PREPROCESSING
 from quantgate.stages.evaluate.outputs import headline_keys
-from quantgate.stages.gate.outputs import GATE_FILE, RELEASE_REGRESSION
+from quantgate.stages.gate.outputs import RELEASE_REGRESSION
 from quantgate.stages.gate.runtimes import RUNTIMES, runtime_headlines, with_criterion
 from quantgate.stages.source.outputs import OUTPUT_SPEC
 from quantgate.stages.system import outputs as out
-from quantgate.stages.system.combos import CLASSIFIER, DETECTOR, RECOGNIZER
-from quantgate.stages.tasks import CLASSIFICATION, TEXT_DETECTION, TEXT_RECOGNITION
+from quantgate.stages.system.combos import CLASSIFIER, COMPONENT_TASKS, DETECTOR, RECOGNIZER
+from quantgate.stages.tasks import CLASSIFICATION
 from quantgate.system_config import SystemConfig, split_component
 
-ROLES = {DETECTOR: ("detector", TEXT_DETECTION), CLASSIFIER: ("classifier", CLASSIFICATION),
-         RECOGNIZER: ("recognizer", TEXT_RECOGNITION)}
+
 COMPONENT_STAGES = ("data", "convert")
 OCR_SYSTEM = out.TASK_NAME
 
@@ -68,7 +66,7 @@ def _output_classes(onnx_file: Path) -> int | None:
 
 
 def _component(store: ArtifactStore, role: str, value: str, task_name: str) -> tuple[ComponentRef | None, list[str]]:
-    setting = f"system.{ROLES[role][0]}"
+    setting = f"system.{role}"
     model, version = split_component(value)
     try:
         version = version or store.alias(model, RELEASE)
@@ -85,6 +83,10 @@ def _component(store: ArtifactStore, role: str, value: str, task_name: str) -> t
     if record.get("status") != "passed":
         return None, [f"{setting}: {model}/{version} did not pass its gate (status {record.get('status')!r}); "
                       "only a passed version can be part of a system"]
+    allowed, why = store.release_verdict(ref)  # a later `quantgate gate` decision counts too
+    if not allowed:
+        return None, [f"{setting}: {model}/{version} may not be released ({why}); decide it again with quantgate "
+                      f"gate {version} --model {model}, or name another version"]
     try:
         stages = {stage: store.finalized_stage_ref(ref, stage) for stage in COMPONENT_STAGES}
         spec = json.loads((store.verify_stage(stages["data"]) / DATASET_FILE).read_text())
@@ -133,7 +135,7 @@ def resolve_system(store: ArtifactStore, system: SystemConfig) -> dict[str, Comp
         if value is None:
             parts[role] = None
             continue
-        parts[role], found = _component(store, role, value, ROLES[role][1])
+        parts[role], found = _component(store, role, value, COMPONENT_TASKS[role])
         problems += found
     if not problems:
         problems += _fit_problems(store, {role: part for role, part in parts.items() if part})
@@ -312,26 +314,15 @@ def _rejudged(store: ArtifactStore, version: VersionRef, record: dict, refs: dic
 def system_publish_task(store_root: str, version: VersionRef, config: PipelineConfig, refs: dict) -> dict:
     """Finalize the version and move `latest`, and `release` (compare-and-set) only if the gate still passes
     against the release as it is when the move is made."""
+    from quantgate.flows.release import publish_judged
+
     store = ArtifactStore(store_root)
     record = system_record(store, config, refs)
-    while True:
-        seen = store.alias(version.model, RELEASE)
-        judged = _rejudged(store, version, record, refs, config.gate, seen)
-        with store.alias_moves(version.model) as moves:
-            if moves.current(RELEASE) != seen:
-                continue  # moved while this run judged it: judge the newer one, outside the lock
-            store.finalize_version(version, judged)
-            latest = moves.current(LATEST)
-            if latest is None or version_number(latest) < version_number(version.version):
-                moves.move(LATEST, version.version, reason=f"run finished: gate {judged['status']}")
-            if judged["status"] == "passed":
-                moves.move(RELEASE, version.version, reason="gate passed", expected_previous=seen)
-                get_run_logger().info("release -> %s/%s", version.model, version.version)
-        return judged
-
-
-def system_gate_file(store: ArtifactStore, refs: dict[str, StageRef]) -> Path:
-    return store.verify_stage(refs["gate"]) / GATE_FILE
+    judged = publish_judged(store, version, lambda release, _: _rejudged(store, version, record, refs, config.gate,
+                                                                         release))
+    if judged["status"] == "passed":
+        get_run_logger().info("release -> %s/%s", version.model, version.version)
+    return judged
 
 
 def run_system(config: PipelineConfig, root: str, reuse: bool = True) -> tuple[VersionRef, dict, dict[str, StageRef]]:
@@ -364,3 +355,14 @@ def run_system(config: PipelineConfig, root: str, reuse: bool = True) -> tuple[V
             record_error(store, version, config, exc)
             raise
     return version, record, refs
+
+
+def system_decision(store: ArtifactStore, ref: VersionRef, policy: GatePolicy, release: str | None) -> dict:
+    """A stored system version decided again under `policy`, against `release` as it is now (`quantgate gate`)."""
+    from quantgate.stages.system.gate import judge_system
+
+    evaluated = store.finalized_stage_ref(ref, "evaluate")
+    metrics = store.read_manifest(evaluated)["metrics"]
+    pairs = release_pairs(store, ref.model, release, store.verify_stage(evaluated), metrics,
+                          store.verify_stage(store.finalized_stage_ref(ref, "data")))
+    return judge_system(policy, metrics, pairs, release)

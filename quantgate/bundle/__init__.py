@@ -3,13 +3,18 @@ class names, model card and a sealed sha256 manifest, in one folder that runs wi
 
     write_bundle(store, version_ref, out)   writer.py: refuse a version that did not pass, copy, verify, rename
     open_bundle(folder)                     verify.py: re-hash every file against bundle.json before use
-    predict_images(bundle, images, ...)     predict.py: preprocess as the data stage did, run, rank classes
+    predict_images(bundle, images, ...)     predict.py: preprocess as the data stage did, run, rank classes (or
+                                            decode a text line)
+    detect_pages(bundle, pages, ...)        pages.py: a text detector's boxes per page, in reading order
+    read_pages(bundle, pages, ...)          system_predict.py: an OCR system's lines per page (boxes and text)
 
 `quantgate bundle` and `quantgate predict` are the commands over these (quantgate/cli/).
 """
 
+from quantgate.bundle.pages import PageBoxes, TextBox, detect_pages
 from quantgate.bundle.predict import BadImage, NotInBundle, Prediction, RankedClass, predict_images
 from quantgate.bundle.sources import CannotBundle, NotPassed
+from quantgate.bundle.system_predict import PageText, ReadLine, read_pages
 from quantgate.bundle.verify import BundleInvalid, VerifiedBundle, open_bundle
 from quantgate.bundle.writer import BundleResult, OutputExists, write_bundle
 
@@ -21,10 +26,16 @@ __all__ = [
     "NotInBundle",
     "NotPassed",
     "OutputExists",
+    "PageBoxes",
+    "PageText",
     "Prediction",
     "RankedClass",
+    "ReadLine",
+    "TextBox",
     "VerifiedBundle",
+    "detect_pages",
     "open_bundle",
     "predict_images",
+    "read_pages",
     "write_bundle",
 ]

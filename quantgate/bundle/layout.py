@@ -29,7 +29,13 @@ from pathlib import PurePosixPath
 
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE
 from quantgate.stages.data.outputs import DICTIONARY_FILE as DATA_DICTIONARY_FILE
-from quantgate.stages.evaluate.outputs import ONNXRUNTIME, RUNTIME_NAMES
+from quantgate.stages.evaluate.outputs import ONNXRUNTIME, OPENVINO, RUNTIME_NAMES
+# An OCR system's components, in pipeline order, and its stage's record (stages/system/).
+from quantgate.stages.system.combos import CLASSIFIER, DETECTOR, RECOGNIZER  # noqa: F401
+from quantgate.stages.system.combos import COMPONENTS as SYSTEM_COMPONENTS  # noqa: F401
+from quantgate.stages.system.outputs import OUTPUTS as SYSTEM_OUTPUTS
+from quantgate.stages.system.outputs import SYSTEM_FILE  # noqa: F401
+from quantgate.stages.system.outputs import TASK_NAME as OCR_SYSTEM
 # bundle.json "task" (absent in bundles from before tasks: classification)
 from quantgate.stages.tasks import CLASSIFICATION, TEXT_DETECTION, TEXT_RECOGNITION  # noqa: F401
 
@@ -42,11 +48,10 @@ CLASSES_FILE = "classes.json"
 DICTIONARY_FILE = DATA_DICTIONARY_FILE
 
 # An OCR system's version: a "system" stage whose system.json names a passed detector, (classifier) and
-# recognizer version of the same store. TODO(lead): import these three names from where the system stage
-# declares its outputs once it exists, so they are spelled once.
-OCR_SYSTEM = "ocr_system"
-SYSTEM_STAGE = "system"
-SYSTEM_FILE = "system.json"
+# recognizer version of the same store.
+SYSTEM_STAGE = SYSTEM_OUTPUTS.stage
+# The runtimes a system's bundle runs its components' ONNX models in (it holds no Paddle programs).
+SYSTEM_RUNTIMES = (ONNXRUNTIME, OPENVINO)
 
 FORMAT = "quantgate-bundle"
 # The newest format this quantgate reads and writes. Version 2 added text recognizers (bundle.json "task",

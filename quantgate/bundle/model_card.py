@@ -100,21 +100,21 @@ def build_card(sources: VersionSources, files: dict[str, dict], lineage: dict, r
     }
 
 
-def _number(value: object) -> str:
+def number(value: object) -> str:
     if isinstance(value, bool) or value is None or not isinstance(value, (int, float)):
         return "n/a" if value is None else str(value)
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
+def table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
     return [f"| {' | '.join(header)} |", f"|{'---|' * len(header)}",
-            *[f"| {' | '.join(_number(cell).replace('|', '/') for cell in row)} |" for row in rows]]
+            *[f"| {' | '.join(number(cell).replace('|', '/') for cell in row)} |" for row in rows]]
 
 
 def render_markdown(card: dict) -> str:
     """model_card.md: the card's content for people, section by section."""
     sections = (_summary(card), _data(card["data"]), _training(card["training"]), _quantization(card["quantization"]),
-                _evaluation(card["evaluation"], card["model"].get("task")), _gate(card["gate"]),
+                _evaluation(card["evaluation"], card["model"].get("task")), gate_lines(card["gate"]),
                 _sizes(card["sizes_bytes"]), _lineage(card["lineage"]))
     return "\n\n".join("\n".join(lines) for lines in sections) + "\n"
 
@@ -126,15 +126,15 @@ def _summary(card: dict) -> list[str]:
         shown = "".join(characters[:40]) + ("..." if len(characters) > 40 else "")
         primary = card["evaluation"]["runtimes"].get(card["evaluation"]["primary_runtime"], {})
         what = (f"recognizing text lines (CTC, greedy decoding) over a dictionary of {len(characters)} characters "
-                f"({shown}); INT8 line accuracy {_number(primary.get('int8_top1_pct'))} %, character error rate "
-                f"{_number(primary.get('int8_cer_pct'))} % on the test split,")
+                f"({shown}); INT8 line accuracy {number(primary.get('int8_top1_pct'))} %, character error rate "
+                f"{number(primary.get('int8_cer_pct'))} % on the test split,")
     elif model.get("task") == TEXT_DETECTION:
         params = model["postprocess"]
         primary = card["evaluation"]["runtimes"].get(card["evaluation"]["primary_runtime"], {})
         what = (f"detecting text boxes on pages (DB post-processing: thresh {params.get('thresh')}, box_thresh "
                 f"{params.get('box_thresh')}, unclip_ratio {params.get('unclip_ratio')}); INT8 hmean "
-                f"{_number(primary.get('int8_hmean_pct'))} % (precision {_number(primary.get('int8_precision_pct'))} "
-                f"%, recall {_number(primary.get('int8_recall_pct'))} %) on the test pages,")
+                f"{number(primary.get('int8_hmean_pct'))} % (precision {number(primary.get('int8_precision_pct'))} "
+                f"%, recall {number(primary.get('int8_recall_pct'))} %) on the test pages,")
     else:
         classes = model["classes"]
         shown = ", ".join(classes[:20]) + (", ..." if len(classes) > 20 else "")
@@ -163,7 +163,7 @@ def _training(training: dict) -> list[str]:
     reason = f": {amp['reason']}" if amp.get("reason") else ""
     return ["## Training", "",
             (f"- {config.get('epochs')} epochs, {training.get('steps')} steps, final epoch loss "
-             f"{_number(training.get('final_epoch_loss_mean'))}, {_number(training.get('train_seconds'))} s"),
+             f"{number(training.get('final_epoch_loss_mean'))}, {number(training.get('train_seconds'))} s"),
             f"- AMP requested {requested.get('level')}/{requested.get('dtype')}, effective {amp.get('effective')}{reason}"]
 
 
@@ -182,19 +182,19 @@ def _evaluation(evaluation: dict, task: str | None) -> list[str]:
     rows = [(runtime, *(record.get(key) for key, _ in columns)) for runtime, record in evaluation["runtimes"].items()]
     return [(f"## Evaluation (test split, {evaluation['test_samples']} samples; primary runtime "
              f"{evaluation['primary_runtime']})"), "",
-            *_table(("runtime", *(title for _, title in columns)), rows)]
+            *table(("runtime", *(title for _, title in columns)), rows)]
 
 
-def _gate(gate: dict) -> list[str]:
-    rows = [(c["runtime"], c.get("name"), c.get("measured"), f"{c.get('comparison')} {_number(c.get('threshold'))}",
+def gate_lines(gate: dict) -> list[str]:
+    rows = [(c["runtime"], c.get("name"), c.get("measured"), f"{c.get('comparison')} {number(c.get('threshold'))}",
              c.get("verdict"), c.get("note") or "") for c in gate[CRITERIA]]
     return [f"## Gate: passed ({gate['verdict']})", "",
-            *_table(("runtime", "criterion", "measured", "must be", "verdict", "note"), rows)]
+            *table(("runtime", "criterion", "measured", "must be", "verdict", "note"), rows)]
 
 
 def _sizes(sizes: dict) -> list[str]:
     return ["## Sizes (bytes in this bundle)", "",
-            *_table(("runtime", "FP32", "INT8"), [(runtime, each.get("fp32"), each.get("int8"))
+            *table(("runtime", "FP32", "INT8"), [(runtime, each.get("fp32"), each.get("int8"))
                                                    for runtime, each in sizes.items()])]
 
 

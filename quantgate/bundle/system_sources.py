@@ -15,20 +15,18 @@ from pathlib import Path
 
 from quantgate.artifacts import ArtifactError, ArtifactStore, VersionRef
 from quantgate.bundle.layout import (
-    CLASSIFICATION,
+    DETECTOR,
     KNOWN_RUNTIMES,
+    RECOGNIZER,
     SYSTEM_FILE,
+    SYSTEM_RUNTIMES,
     SYSTEM_STAGE,
-    TEXT_DETECTION,
-    TEXT_RECOGNITION,
 )
 from quantgate.bundle.sources import CannotBundle, NotPassed, VersionSources, read_sources
+from quantgate.stages.system.combos import COMPONENT_TASKS
 
 # The system's components, in the order a page passes through them, and the task each must have been gated as.
-COMPONENT_TASKS = {"detector": TEXT_DETECTION, "classifier": CLASSIFICATION, "recognizer": TEXT_RECOGNITION}
-REQUIRED = ("detector", "recognizer")
-# The runtimes a system runs its components' ONNX models in (it has no Paddle programs to run).
-SYSTEM_RUNTIMES = ("onnxruntime", "openvino")
+REQUIRED = (DETECTOR, RECOGNIZER)
 # The system version's stages a bundle reads: the record of its components, and the card's evidence.
 STAGES = (SYSTEM_STAGE, "data", "evaluate", "gate")
 
@@ -56,13 +54,8 @@ class SystemSources:
     def metrics(self, stage: str) -> dict:
         return self.manifests[stage]["metrics"]
 
-    def system_bytes(self) -> bytes:
-        """system.json as the system stage stored it, checked against its manifest."""
-        data = (self.folders[SYSTEM_STAGE] / SYSTEM_FILE).read_bytes()
-        if hashlib.sha256(data).hexdigest() != self.manifests[SYSTEM_STAGE]["files"][SYSTEM_FILE]["sha256"]:
-            raise CannotBundle(f"{self.label} {SYSTEM_STAGE}/{SYSTEM_FILE} changed while it was being read; run "
-                               "`quantgate fsck` and bundle again")
-        return data
+    def recorded_sha256(self, stage: str, name: str) -> str:
+        return self.manifests[stage]["files"][name]["sha256"]
 
 
 def is_system_version(store: ArtifactStore, ref: VersionRef) -> bool:
@@ -98,12 +91,16 @@ def read_system_sources(store: ArtifactStore, ref: VersionRef) -> SystemSources:
         folders = {stage: Path(stage_ref.path) for stage, stage_ref in refs.items()}
     except ArtifactError as exc:
         raise CannotBundle(f"cannot bundle {label}: {exc}") from exc
-    data = (folders[SYSTEM_STAGE] / SYSTEM_FILE).read_bytes()
-    if SYSTEM_FILE not in manifests[SYSTEM_STAGE]["files"] or \
-            hashlib.sha256(data).hexdigest() != manifests[SYSTEM_STAGE]["files"][SYSTEM_FILE]["sha256"]:
-        raise CannotBundle(f"cannot bundle {label}: its {SYSTEM_STAGE} stage's {SYSTEM_FILE} is missing or changed; "
-                           "run `quantgate fsck`")
+    recorded = manifests[SYSTEM_STAGE]["files"].get(SYSTEM_FILE, {}).get("sha256")
+    data = (folders[SYSTEM_STAGE] / SYSTEM_FILE).read_bytes() if recorded else b""
+    if not recorded or hashlib.sha256(data).hexdigest() != recorded:
+        raise CannotBundle(f"cannot bundle {label}: its {SYSTEM_STAGE} stage's {SYSTEM_FILE} is missing or changed "
+                           "while it was read; run `quantgate fsck`")
     system = json.loads(data)
+    for key in ("drop_score", "cls_thresh"):
+        if not isinstance(system.get(key), (int, float)) or isinstance(system.get(key), bool):
+            raise CannotBundle(f"cannot bundle {label}: its {SYSTEM_FILE} records no {key} ({system.get(key)!r}); "
+                               "run the system again")
     components = _components(store, label, system)
     return SystemSources(
         store=store, ref=ref, record=record, verdict=why,
@@ -130,10 +127,13 @@ def _components(store: ArtifactStore, label: str, system: dict) -> dict[str, Ver
                                "the system again")
         component = f"{entry['model']}/{entry['version']}"
         try:
-            sources = read_sources(store, store.version(entry["model"], entry["version"]))
-        except NotPassed as exc:
-            raise NotPassed(f"refusing to bundle {label}: its {role} {component} may not be released now: {exc}") \
-                from exc
+            ref = store.version(entry["model"], entry["version"])
+            passed, why = store.release_verdict(ref)
+            if not passed:
+                raise NotPassed(f"refusing to bundle {label}: its {role} {component} may not be released ({why}); "
+                                f"decide it again with `quantgate gate {entry['version']} --model {entry['model']}`, "
+                                f"or run the system again with a {role} that passes; nothing was written")
+            sources = read_sources(store, ref)
         except (ArtifactError, CannotBundle) as exc:
             raise CannotBundle(f"cannot bundle {label}: its {role} {component}: {exc}") from exc
         if sources.task != task:

@@ -17,6 +17,8 @@ from quantgate.bundle.layout import (
     BUNDLE_FILE,
     CLASSES_FILE,
     CLASSIFICATION,
+    CLASSIFIER,
+    DETECTOR,
     DICTIONARY_FILE,
     FORMAT,
     FORMAT_VERSION,
@@ -24,6 +26,7 @@ from quantgate.bundle.layout import (
     OCR_SYSTEM,
     PRECISIONS,
     PREPROCESSING_FILE,
+    RECOGNIZER,
     SYSTEM_FILE,
     TEXT_DETECTION,
     TEXT_RECOGNITION,
@@ -33,10 +36,10 @@ from quantgate.errors import BadInput
 
 SHOWN_PROBLEMS = 10
 TASKS = (CLASSIFICATION, TEXT_RECOGNITION, TEXT_DETECTION, OCR_SYSTEM)
-# An OCR system's components, the task each must have, and the file naming its outputs (None: none).
-SYSTEM_COMPONENTS = {"detector": (TEXT_DETECTION, None), "classifier": (CLASSIFICATION, "classes"),
-                     "recognizer": (TEXT_RECOGNITION, "characters")}
-OPTIONAL_COMPONENTS = ("classifier",)
+# An OCR system's components, the task each must have, and the key of the file naming its outputs (None: none).
+COMPONENT_FILES = {DETECTOR: (TEXT_DETECTION, None), CLASSIFIER: (CLASSIFICATION, "classes"),
+                   RECOGNIZER: (TEXT_RECOGNITION, "characters")}
+OPTIONAL_COMPONENTS = (CLASSIFIER,)
 
 
 class BundleInvalid(BadInput):
@@ -187,7 +190,7 @@ def _check_components(where: Path, manifest: dict) -> None:
     files, components = manifest["files"], manifest.get("components")
     if not isinstance(components, dict) or SYSTEM_FILE not in files:
         raise BundleInvalid(f"{where} describes an OCR system without its components or {SYSTEM_FILE}; {_FIX}")
-    for name, (task, names_key) in SYSTEM_COMPONENTS.items():
+    for name, (task, names_key) in COMPONENT_FILES.items():
         entry = components.get(name)
         if entry is None and name in OPTIONAL_COMPONENTS:
             continue

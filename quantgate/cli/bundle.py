@@ -1,4 +1,5 @@
-"""`quantgate bundle [VERSION|ALIAS] --out DIR`: a passed version as a folder that runs without the store.
+"""`quantgate bundle [VERSION|ALIAS] --out DIR`: a passed version as a folder that runs without the store (an OCR
+system's version: with every component's models and records).
 
 Exit codes: 0 written, 1 the version's gate did not pass (nothing written, as `promote` refuses),
 2 bad input (unknown version or alias, an --out that is not new or empty, a damaged version).
@@ -66,7 +67,7 @@ def handle(args: argparse.Namespace) -> int:
         OutputExists, CannotBundle: see quantgate.bundle.write_bundle.
     """
     from quantgate.bundle import write_bundle
-    from quantgate.bundle.layout import BUNDLE_FILE, MODEL_CARD_MD
+    from quantgate.bundle.layout import BUNDLE_FILE, MODEL_CARD_MD, OCR_SYSTEM, SYSTEM_COMPONENTS, TEXT_DETECTION
 
     store, model = store_and_model(args)
     ref = resolve_target(store, model, args.target)
@@ -74,14 +75,25 @@ def handle(args: argparse.Namespace) -> int:
     bundle = result.bundle
     files = bundle.manifest["files"]
     print(f"bundle {bundle.label} -> {bundle.root} ({result.sources.verdict})")
-    for runtime, forms in bundle.manifest["runtimes"].items():
-        sizes = "  ".join(f"{precision} {sum(files[path]['bytes'] for path in paths) / 1024:.1f} KiB"
-                          for precision, paths in forms.items())
-        print(f"  {runtime:<17} {sizes}")
+    if "components" in bundle.manifest:  # an OCR system: each component's version and models
+        for role in SYSTEM_COMPONENTS:
+            entry = bundle.manifest["components"].get(role)
+            if entry is None:
+                continue
+            sizes = "  ".join(f"{precision} {files[path]['bytes'] / 1024:.1f} KiB"
+                              for precision, path in entry["models"].items())
+            print(f"  {role:<17} {entry['model']}/{entry['version']}  {sizes}")
+        print(f"  {'runtimes':<17} {', '.join(bundle.manifest['runtimes'])}")
+    else:
+        for runtime, forms in bundle.manifest["runtimes"].items():
+            sizes = "  ".join(f"{precision} {sum(files[path]['bytes'] for path in paths) / 1024:.1f} KiB"
+                              for precision, paths in forms.items())
+            print(f"  {runtime:<17} {sizes}")
     if "characters" in bundle.manifest:  # a text recognizer: the dictionary its lines are decoded with
         print(f"  {'dictionary':<17} {bundle.root / bundle.manifest['characters']} "
               f"({len(bundle.characters())} characters + the CTC blank)")
+    inputs = "PAGE" if bundle.task in (TEXT_DETECTION, OCR_SYSTEM) else "IMAGE"
     print(f"  {'model card':<17} {bundle.root / MODEL_CARD_MD}")
     print(f"  {'manifest':<17} {bundle.root / BUNDLE_FILE} ({len(files)} files with sha256)")
-    print(f"  {'check it':<17} quantgate predict {bundle.root} IMAGE...")
+    print(f"  {'check it':<17} quantgate predict {bundle.root} {inputs}...")
     return 0

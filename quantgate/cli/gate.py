@@ -74,6 +74,7 @@ def handle(args: argparse.Namespace) -> int:
     from quantgate.stages.gate import gate
     from quantgate.stages.gate.outputs import GATE_FILE
     from quantgate.stages.quantize.outputs import SEARCH
+    from quantgate.stages.system.outputs import TASK_NAME as OCR_SYSTEM
 
     store, model = store_and_model(args)
     ref = finished_version(store, model, args.version)
@@ -87,6 +88,8 @@ def handle(args: argparse.Namespace) -> int:
     except ArtifactError as exc:  # no trustworthy evaluation: decide on nothing, which fails
         evaluated, metrics, predictions, stale, evaluated_digest = None, {}, None, (str(exc),), None
     release, problem = current_release(store, model)
+    if metrics.get("task") == OCR_SYSTEM:  # judged from its stored reads: no model runs
+        return _system_decided(store, ref, policy, release)
     with tempfile.TemporaryDirectory() as scratch:
         # The same rule as publishing: judged against the release there is now, on the same test samples; the
         # version's own duel when it was against that release, else the release scored now.
@@ -106,6 +109,19 @@ def handle(args: argparse.Namespace) -> int:
                                           for runtime, verdict in decision.runtimes.items()))
     print(f"  recorded  {store.root / where}")
     return EXIT_OK if decision.passed else EXIT_REJECTED
+
+
+def _system_decided(store, ref, policy, release: str | None) -> int:
+    from quantgate.flows.system import system_decision
+    from quantgate.stages.gate import Criterion
+
+    gate_record = system_decision(store, ref, policy, release)
+    where = store.record_decision(ref, {"gate": gate_record})
+    print(f"quantgate {ref.model}/{ref.version}: gate {'PASSED' if gate_record['passed'] else 'FAILED'} (decided again)")
+    for criterion in gate_record["criteria"]:
+        print(f"  gate      {Criterion(**criterion).describe()}")
+    print(f"  recorded  {store.root / where}")
+    return EXIT_OK if gate_record["passed"] else EXIT_REJECTED
 
 
 def _stored_duel_against(store, ref, release: str | None, stage: str, read):

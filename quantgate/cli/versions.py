@@ -22,7 +22,9 @@ def handle(args: argparse.Namespace) -> int:
         print(json.dumps([
             {"model": i.model, "version": i.version, "status": i.status, "aliases": list(i.aliases),
              "metrics": i.record.get("metrics", {}), "gate": i.record.get("gate", {}),
-             "runtimes": i.record.get("runtimes", {}), "trained_here": not i.record.get("source")}
+             "runtimes": i.record.get("runtimes", {}),
+             "trained_here": not (i.record.get("source") or i.record.get("system")),
+             **({"system": i.record["system"]} if i.record.get("system") else {})}
             for i in infos
         ], indent=2, sort_keys=True))
         return 0
@@ -38,6 +40,10 @@ def handle(args: argparse.Namespace) -> int:
         source = info.record.get("source")
         if source:  # say it: the numbers are of a model quantgate did not train
             print(f"{'':<16} {'':<8} trained elsewhere: {(source.get('origin') or {}).get('path')}")
+        system = info.record.get("system")
+        if system:  # an OCR system: the stored versions it is made of
+            print(f"{'':<16} {'':<8} system of: " + " + ".join(f"{part['model']}/{part['version']}"
+                                                            for part in system.values() if part))
         runtimes = info.record.get("runtimes") or {}
         if len(runtimes) > 1:  # every listed runtime must pass: show which did, side by side
             cells = " | ".join(runtime_cell(name, entry) for name, entry in runtimes.items())

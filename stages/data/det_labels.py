@@ -18,8 +18,8 @@ from pathlib import Path, PurePosixPath
 from quantgate.errors import clipped
 from quantgate.stages.data.errors import BadTextBoxes, BadTextLines
 from quantgate.stages.data.text_labels import SHOWN_PROBLEMS, read_utf8_lines
+from quantgate.stages.tasks.det_metrics import IGNORED_TRANSCRIPTIONS  # PaddleOCR's "don't care" marks
 
-IGNORED_TRANSCRIPTIONS = ("###", "*")  # DetLabelEncode's "don't care" regions: not scored, neither hit nor miss
 INSIDE_TOLERANCE_PX = 1.0  # annotation tools round points outward; one pixel past the edge is still the page
 WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
 LABEL_EXAMPLE = '[{"transcription": "金额", "points": [[10, 20], [90, 20], [90, 50], [10, 50]]}]'

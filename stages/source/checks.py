@@ -132,6 +132,19 @@ def _output_kind(shape: tuple[int, ...]) -> str:
     return {2: "a classifier's [N, classes]", 3: "a recognizer's [N, T, C]"}.get(len(shape), f"a {len(shape)}-D output")
 
 
+def _wrong_kind(summary: ModelSummary, config: PipelineConfig) -> str | None:
+    """Why the model is the wrong kind for the task (a detector given to text_recognition, a recognizer or
+    classifier given to text_detection), from its declared output; None when it may fit."""
+    if len(summary.outputs) != 1:
+        return None
+    shape = summary.measured_output_shape or summary.outputs[0].shape
+    detector = _output_kind(shape) == "a text detector"
+    if detector != (config.task == "text_detection"):
+        problems = _output_problems(summary, config)
+        return problems[0] if problems else None
+    return None
+
+
 def _output_problems(summary: ModelSummary, config: PipelineConfig) -> list[str]:
     if len(summary.outputs) != 1:
         return [f"the model has {len(summary.outputs)} outputs ({', '.join(o.name for o in summary.outputs)}); "
@@ -197,7 +210,11 @@ def check_trained_model(config: PipelineConfig) -> CheckedModel:
         found = ", ".join(f"{op} x{count}" for op, count in summary.quantized_ops.items()) or \
             f"int8 weights {summary.int8_parameters[:5]}"
         problems.append(f"the model is already INT8 ({found}); give quantgate the FP32 export it was quantized from")
-    problems += _input_problems(summary, wanted, config.data)
+    wrong_kind = _wrong_kind(summary, config)
+    if wrong_kind:  # a detector where a recognizer belongs (or the reverse): its input sizes are beside the point
+        problems.append(wrong_kind)
+    else:
+        problems += _input_problems(summary, wanted, config.data)
     if not problems:
         problems += _output_problems(summary, config)
     if problems:

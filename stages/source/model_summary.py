@@ -14,7 +14,7 @@ from quantgate.stages.shared.static_graph import load_program, op_counts, persis
 # Ops that only a quantized program holds: PaddleSlim's ONNX-style pair and the older fake-quant family.
 QUANTIZE_OPS = ("quantize_linear", "dequantize_linear")
 QUANTIZE_OP_PREFIXES = ("fake_quantize", "fake_dequantize", "fake_channel_wise", "moving_average_abs_max")
-PROBABILITY_OPS = ("softmax",)  # a program ending in one of these outputs probabilities, not logits
+PROBABILITY_OPS = ("softmax", "sigmoid")  # a program ending in one of these outputs probabilities (a DB map: sigmoid)
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class TensorSpec:
 class ModelSummary:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
-    output_kind: str  # "probabilities" (the program ends in softmax) or "logits"
+    output_kind: str  # "probabilities" (the program ends in softmax or sigmoid) or "logits"
     ops: dict[str, int]
     parameters: int
     parameter_tensors: int

@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # engine imports this module for the names
 
 DETECTOR, CLASSIFIER, RECOGNIZER = "detector", "classifier", "recognizer"
 COMPONENTS = (DETECTOR, CLASSIFIER, RECOGNIZER)  # in the order a page passes through them, and names spell them
+# The task each component must have been gated as (the store's data stage records it).
+COMPONENT_TASKS = {DETECTOR: "text_detection", CLASSIFIER: "classification", RECOGNIZER: "text_recognition"}
 SHORT_NAMES = {DETECTOR: "det", CLASSIFIER: "cls", RECOGNIZER: "rec"}
 FP32, INT8 = "fp32", "int8"
 PRECISIONS = (FP32, INT8)

@@ -20,7 +20,8 @@ import numpy as np
 import shapely
 from rapidfuzz.distance import Levenshtein
 
-IGNORED_TRANSCRIPTIONS = ("###", "*")  # PaddleOCR's marks of an illegible region (stages/data/det_labels.py too)
+from quantgate.stages.tasks.det_metrics import IGNORED_TRANSCRIPTIONS  # PaddleOCR's "don't care" marks
+
 IOU_THRESHOLD = 0.5
 IGNORED_COVER = 0.5  # a read box at least this much inside an ignored region is on it (ICDAR's don't-care rule)
 IOU_TOLERANCE = 1e-9  # an overlap of exactly the threshold, computed in floats, still counts

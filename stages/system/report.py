@@ -87,7 +87,7 @@ def _page_picture(data_dir: Path, reads: dict, metrics: dict, out_dir: Path) -> 
     lines = [f"## A test page: {fp32_name} (blue) and {int8_name} (dashed orange), {primary}", "",
              f"![test page {page_index}]({PAGE_PLOT})", ""]
     if shown:
-        lines += [f"The lines the two read differently (crops as the recognizer got them):", ""]
+        lines += ["The lines the two read differently (crops as the recognizer got them):", ""]
         lines += [f"- line {line}: truth {truth[page_index][line]['transcription']!r}: "
                   f"![crop]({CROPS_DIR}/{path.name})" for line, path in zip(sorted(shown), crops)]
     else:

@@ -160,3 +160,109 @@ def test_training_a_detector_is_refused_as_out_of_scope(quantgate_cli, pages, tm
                                                  "label_file": str(pages / "test.txt")}}
     result = run_config(quantgate_cli, config, tmp_path, tmp_path / "store")
     assert result.returncode == 2 and "training a text detector is out of scope" in result.stderr
+
+
+# ---- the OCR system: the detector above and a recognizer, both released in one store -------------------------
+
+@pytest.fixture(scope="module")
+def recognizer_run(quantgate_cli, models, detector_run, tmp_path_factory):
+    """PP-OCRv4 rec gated into the detector's store (16 calibration lines, 16 test lines)."""
+    from support.ocr_samples import render_financial_lines, write_label_file
+
+    _, folder = detector_run
+    root = tmp_path_factory.mktemp("lines")
+    entries = render_financial_lines(root, 32, seed=7)
+    write_label_file(root / "calibration.txt", entries[:16])
+    write_label_file(root / "test.txt", entries[16:])
+    config = {
+        "task": "text_recognition", "model_name": "ppocrv4-rec", "trained_model": {"path": str(models.rec)},
+        "data": {"dataset": "text_lines", "path": str(root), "label_file": str(root / "calibration.txt"),
+                 "test_label_file": str(root / "test.txt"), "character_dict": str(models.keys),
+                 "use_space_char": True, "num_workers": 0,
+                 "transforms": {"rec_image_shape": [3, 48, 320], "color": "bgr", "mean": [0.5], "std": [0.5],
+                                "line_padding": "zero"}},
+        "quantize": {"strategy": "single", "batch_size": 8},
+        "evaluate": {"latency_repeats": 3, "batch_size": 8, "runtimes": ["onnxruntime", "openvino"]},
+        "gate": {"min_speedup": 0, "max_accuracy_drop": 20, "min_agreement": 0.5, "max_cer_increase_pts": 10},
+    }
+    result = run_config(quantgate_cli, config, tmp_path_factory.mktemp("rec-config"), folder / "store")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return folder
+
+
+def system_config(pages: Path, **system) -> dict:
+    return {"task": "ocr_system", "model_name": "ppocrv4-system",
+            "system": {"detector": "ppocrv4-det", "recognizer": "ppocrv4-rec", **system},
+            "data": {"dataset": "text_boxes", "path": str(pages), "label_file": str(pages / "test.txt"),
+                     "num_workers": 0},
+            "evaluate": {"runtimes": ["onnxruntime", "openvino"]},
+            # rendered lines wider than 320 px are squeezed: the gate here proves the mechanics, not the model
+            "gate": {"min_speedup": 0, "min_agreement": 0.5, "max_e2e_line_drop_pts": 20, "max_cer_increase_pts": 20,
+                     "min_paired_samples": 4}}
+
+
+@pytest.fixture(scope="module")
+def system_run(quantgate_cli, pages, recognizer_run, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("system-config")
+    return run_config(quantgate_cli, system_config(pages), folder, recognizer_run / "store"), recognizer_run
+
+
+def test_the_system_is_judged_end_to_end_in_every_mix_and_released(quantgate_cli, system_run):
+    result, folder = system_run
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "e2e_line_drop_pts" in result.stdout and "openvino.e2e_line_drop_pts" in result.stdout
+    store = ArtifactStore(folder / "store")
+    assert store.alias("ppocrv4-system", "release") == "v1"
+    version = store.version("ppocrv4-system", "v1")
+    record = store.version_record(version)
+    assert record["system"]["detector"] == {"model": "ppocrv4-det", "version": "v2", "task": "text_detection",
+                                            "outputs": "probabilities"}
+    assert record["system"]["recognizer"]["version"] == "v1" and record["system"]["classifier"] is None
+    metrics = store.read_manifest(store.stage_ref(version, "evaluate"))["metrics"]
+    assert metrics["test_samples"] == 6 and metrics["gt_lines"] > 30
+    for runtime in ("onnxruntime", "openvino"):
+        systems = metrics["runtimes"][runtime]["systems"]
+        assert set(systems) == {"det:fp32+rec:fp32", "det:fp32+rec:int8", "det:int8+rec:fp32", "det:int8+rec:int8"}
+        reference = systems["det:fp32+rec:fp32"]
+        assert reference["scores"]["e2e_line_accuracy_pct"] >= 60, reference["scores"]  # squeezed lines miss some
+        assert reference["latency_ms_p50"] > reference["detection_ms_p50"] > 0
+        assert "vs_fp32" in systems["det:int8+rec:int8"] and "vs_fp32" not in reference
+    report = store.verify_stage(store.stage_ref(version, "report"))
+    assert (report / "page.png").stat().st_size > 10_000
+    assert "## Which model loses which lines" in (report / "report.md").read_text(encoding="utf-8")
+    listed = quantgate_cli.run("versions", "--store", str(folder / "store"), "--model", "ppocrv4-system")
+    assert listed.returncode == 0 and "v1" in listed.stdout, listed.stdout + listed.stderr
+
+
+def test_a_second_system_is_paired_with_the_release_on_the_same_pages(quantgate_cli, pages, system_run, tmp_path):
+    _, folder = system_run
+    result = run_config(quantgate_cli, system_config(pages), tmp_path, folder / "store")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "release_regression_pts = 0 pts (must be <= 1) ok: vs release v1 on 6 paired pages" in result.stdout
+    assert ArtifactStore(folder / "store").alias("ppocrv4-system", "release") == "v2"
+
+
+def _no_system_version(store: Path) -> bool:
+    return not (store / "ppocrv4-system" / "versions" / "v3").exists()
+
+
+def test_a_component_of_the_wrong_task_is_named_and_nothing_is_stored(quantgate_cli, pages, system_run, tmp_path):
+    _, folder = system_run
+    config = system_config(pages, detector="ppocrv4-rec", classifier="ppocrv4-det")
+    result = run_config(quantgate_cli, config, tmp_path, folder / "store")
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "system.detector: ppocrv4-rec/v1 is a text_recognition model, not text_detection" in result.stderr
+    assert "system.classifier: ppocrv4-det/v" in result.stderr  # its release (v2 after the second run above)
+    assert "is a text_detection model, not classification" in result.stderr
+    assert _no_system_version(folder / "store")
+
+
+def test_a_component_that_is_missing_or_not_released_is_named(quantgate_cli, pages, system_run, tmp_path):
+    _, folder = system_run
+    # v3 of the detector is the paddle_inference run above, which ended in error
+    config = system_config(pages, detector="ppocrv4-det/v3", recognizer="no-such-model")
+    result = run_config(quantgate_cli, config, tmp_path, folder / "store")
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "system.detector: ppocrv4-det/v3 did not pass its gate (status 'error')" in result.stderr
+    assert "system.recognizer: 'no-such-model'" in result.stderr
+    assert _no_system_version(folder / "store")
