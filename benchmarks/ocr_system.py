@@ -50,9 +50,10 @@ OPEN_GATE = {"min_speedup": 0, "max_accuracy_drop": 100, "min_agreement": 0, "ma
              "max_cer_increase_pts": 100}
 
 
-def configs(models, pages: Path, lines: Path) -> dict[str, dict]:
+def configs(models, pages: Path, lines: Path, rec_width: int) -> dict[str, dict]:
     """The three runs' configs: the detector, the recognizer, then the system made of both."""
     evaluate = {"runtimes": list(RUNTIMES), "latency_repeats": 10}
+    line_transforms = {**LINE_TRANSFORMS, "rec_image_shape": [3, 48, rec_width]}
     return {
         "detector": {"task": "text_detection", "model_name": "ppocrv4-det", "trained_model": {"path": str(models.det)},
                      "data": {"dataset": "text_boxes", "path": str(pages), "label_file": str(pages / "calibration.txt"),
@@ -64,7 +65,7 @@ def configs(models, pages: Path, lines: Path) -> dict[str, dict]:
                        "data": {"dataset": "text_lines", "path": str(lines),
                                 "label_file": str(lines / "calibration.txt"), "test_label_file": str(lines / "test.txt"),
                                 "character_dict": str(models.keys), "use_space_char": True,
-                                "transforms": LINE_TRANSFORMS},
+                                "transforms": line_transforms},
                        "quantize": {"strategy": "single", "batch_size": 16},
                        "evaluate": {**evaluate, "batch_size": 16}, "gate": OPEN_GATE},
         "system": {"task": "ocr_system", "model_name": "ppocrv4-system",
@@ -77,7 +78,7 @@ def configs(models, pages: Path, lines: Path) -> dict[str, dict]:
 
 
 def released(store: ArtifactStore, model: str) -> dict:
-    """The released version's record and its evaluate stage's metrics."""
+    """The newest version's record and its evaluate stage's metrics (the gates are open: it is the release)."""
     version = store.version(model, store.alias(model, RELEASE) or "v1")
     return {"version": version.version, "record": store.version_record(version),
             "evaluate": store.read_manifest(store.stage_ref(version, "evaluate"))["metrics"]}
@@ -142,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--pages", type=int, default=80, help="rendered pages: half calibrate the detector")
     parser.add_argument("--lines", type=int, default=256, help="rendered lines calibrating the recognizer")
+    parser.add_argument("--rec-width", type=int, default=640, help="W of the recognizer's input (crops wider are "
+                        "squeezed into it)")
     parser.add_argument("--work", type=Path, default=None, help="keep data, configs and the store here")
     args = parser.parse_args(argv)
     started = time.time()
@@ -153,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         write_label_file(lines / "calibration.txt", render_financial_lines(lines, args.lines, seed=1))
         write_label_file(lines / "test.txt", render_financial_lines(lines, max(32, args.lines // 4), seed=2))
         seconds = {}
-        for name, config in configs(models, pages, lines).items():
+        for name, config in configs(models, pages, lines, args.rec_width).items():
             path = work / f"{name}.yaml"
             path.write_text(yaml.safe_dump(config, allow_unicode=True))
             seconds[name], _ = run_quantgate(path, store_root)
@@ -165,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python benchmarks/ocr_system.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "workload": (f"{args.pages} rendered pages ({args.pages // 2} calibrate the detector, the rest are the test "
                      f"pages), {args.lines} rendered calibration lines for the recognizer, font {cjk_font().name}; "
-                     "2 threads, batch 1 per page, canvas 960x960, recognizer input 3x48x640"),
+                     f"2 threads, batch 1 per page, canvas 960x960, recognizer input 3x48x{args.rec_width}"),
         "machine": f"{platform.processor() or platform.machine()}, {platform.system()}, {os.cpu_count()} CPUs",
         "cpu": cpu_record(), "cpuinfo_int8_flags": cpuinfo_int8_flags(),
         "libraries": [library(runtime) for runtime in RUNTIMES],
