@@ -98,11 +98,19 @@ def version_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str,
         RUNTIMES: runtime_headlines(evaluation, gate, headline_keys(evaluation)),
         **trained,  # amp, scaler, architecture (what a deployment needs besides the model file), or the source
         "search": manifests["quantize"]["metrics"].get(SEARCH),
+        **provenance(manifests, config),
+    }
+
+
+def provenance(manifests: dict[str, dict], config: PipelineConfig) -> dict:
+    """What every version record says besides its verdict: the data, the pre-processing, each stage's time and
+    reuse, and the config."""
+    return {
         "data_fingerprint_sha256": manifests["data"]["metrics"][FINGERPRINT],
         "preprocessing": manifests["data"]["metrics"].get(PREPROCESSING),
-        "stage_seconds": {stage: manifests[stage]["duration_s"] for stage in refs},
-        "reused": {stage: manifests[stage]["reused_from"]["version"] for stage in refs
-                   if manifests[stage].get("reused_from")},
+        "stage_seconds": {stage: manifest["duration_s"] for stage, manifest in manifests.items()},
+        "reused": {stage: manifest["reused_from"]["version"] for stage, manifest in manifests.items()
+                   if manifest.get("reused_from")},
         "config": config.model_dump(mode="json"),
     }
 

@@ -21,7 +21,7 @@ from quantgate.flows.code_version import code_digest
 from quantgate.flows.tasks import FILE_HASH_STATE, STAGE_TASK, run_stage
 from quantgate.stages.convert.outputs import FP32_FILE
 from quantgate.stages.data import HashState, prepare_data
-from quantgate.stages.data.outputs import DATASET_FILE, FINGERPRINT, PREPROCESSING
+from quantgate.stages.data.outputs import DATASET_FILE
 from quantgate.stages.evaluate.outputs import headline_keys
 from quantgate.stages.gate.outputs import RELEASE_REGRESSION
 from quantgate.stages.gate.runtimes import RUNTIMES, runtime_headlines, with_criterion
@@ -272,6 +272,9 @@ def system_report_task(store_root: str, version: VersionRef, evaluate: StageRef,
 
 
 def system_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str, StageRef]) -> dict:
+    """The system version's final record: as every version's, plus the components it is made of."""
+    from quantgate.flows.release import provenance
+
     manifests = {stage: store.read_manifest(ref) for stage, ref in refs.items()}
     gate, evaluation = manifests["gate"]["metrics"], manifests["evaluate"]["metrics"]
     return {
@@ -280,12 +283,7 @@ def system_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str, 
         RUNTIMES: runtime_headlines(evaluation, gate, headline_keys(evaluation)),
         "amp": None, "scaler": None, "architecture": None,
         "system": manifests["system"]["metrics"]["components"],
-        "data_fingerprint_sha256": manifests["data"]["metrics"][FINGERPRINT],
-        "preprocessing": manifests["data"]["metrics"].get(PREPROCESSING),
-        "stage_seconds": {stage: manifests[stage]["duration_s"] for stage in refs},
-        "reused": {stage: manifests[stage]["reused_from"]["version"] for stage in refs
-                   if manifests[stage].get("reused_from")},
-        "config": config.model_dump(mode="json"),
+        **provenance(manifests, config),
     }
 
 

@@ -161,12 +161,12 @@ class VersionSources:
         return record
 
 
-def read_sources(store: ArtifactStore, ref: VersionRef) -> VersionSources:
-    """Everything a bundle of `ref` needs, once its gate verdict passed and each stage verified.
+def refuse_unless_passed(store: ArtifactStore, ref: VersionRef) -> tuple[str, str]:
+    """("MODEL/vN", the verdict's reason) of `ref`, once its effective verdict (`ArtifactStore.release_verdict`) is a
+    pass.
 
     Raises:
-        NotPassed: the version's effective verdict (`ArtifactStore.release_verdict`) is not a pass.
-        CannotBundle: a stage is missing or damaged, or the evaluation names a runtime quantgate cannot package.
+        NotPassed: it is not (the status and the reason named, with what to do).
     """
     label = f"{ref.model}/{ref.version}"
     passed, why = store.release_verdict(ref)
@@ -175,6 +175,17 @@ def read_sources(store: ArtifactStore, ref: VersionRef) -> VersionSources:
         raise NotPassed(f"refusing to bundle {label} (status {status!r}): {why}. Bundle a version whose gate passed "
                         f"(`quantgate versions` lists them), or decide again with `quantgate gate {ref.version}`; "
                         "nothing was written")
+    return label, why
+
+
+def read_sources(store: ArtifactStore, ref: VersionRef) -> VersionSources:
+    """Everything a bundle of `ref` needs, once its gate verdict passed and each stage verified.
+
+    Raises:
+        NotPassed: the version's effective verdict (`ArtifactStore.release_verdict`) is not a pass.
+        CannotBundle: a stage is missing or damaged, or the evaluation names a runtime quantgate cannot package.
+    """
+    label, why = refuse_unless_passed(store, ref)
     try:
         record = store.version_record(ref)
         decisions = store.decisions(ref)

@@ -22,7 +22,7 @@ from quantgate.bundle.layout import (
     SYSTEM_RUNTIMES,
     SYSTEM_STAGE,
 )
-from quantgate.bundle.sources import CannotBundle, NotPassed, VersionSources, read_sources
+from quantgate.bundle.sources import CannotBundle, NotPassed, VersionSources, read_sources, refuse_unless_passed
 from quantgate.stages.system.combos import COMPONENT_TASKS
 
 # The system's components, in the order a page passes through them, and the task each must have been gated as.
@@ -75,13 +75,7 @@ def read_system_sources(store: ArtifactStore, ref: VersionRef) -> SystemSources:
         CannotBundle: a stage is missing or damaged, system.json does not name a detector and a recognizer of
             the right tasks, or the system was read in no runtime a bundle can run.
     """
-    label = f"{ref.model}/{ref.version}"
-    passed, why = store.release_verdict(ref)
-    if not passed:
-        status = store.version_record(ref).get("status", "incomplete")
-        raise NotPassed(f"refusing to bundle {label} (status {status!r}): {why}. Bundle a version whose gate passed "
-                        f"(`quantgate versions` lists them), or decide again with `quantgate gate {ref.version}`; "
-                        "nothing was written")
+    label, why = refuse_unless_passed(store, ref)
     try:
         record = store.version_record(ref)
         decisions = store.decisions(ref)
