@@ -22,7 +22,7 @@ from quantgate.flows.tasks import FILE_HASH_STATE, STAGE_TASK, run_stage
 from quantgate.stages.convert.outputs import FP32_FILE
 from quantgate.stages.data import HashState, prepare_data
 from quantgate.stages.data.outputs import DATASET_FILE
-from quantgate.stages.evaluate.outputs import headline_keys
+from quantgate.stages.evaluate.outputs import PADDLE_INFERENCE, headline_keys
 from quantgate.stages.gate.outputs import RELEASE_REGRESSION
 from quantgate.stages.gate.runtimes import RUNTIMES, runtime_headlines, with_criterion
 from quantgate.stages.source.outputs import OUTPUT_SPEC
@@ -334,6 +334,10 @@ def run_system(config: PipelineConfig, root: str, reuse: bool = True) -> tuple[V
     from quantgate.stages.evaluate import check_runtimes
 
     check_runtimes(config.evaluate.runtimes)
+    if PADDLE_INFERENCE in config.evaluate.runtimes:
+        raise SystemProblem([f"evaluate.runtimes: {PADDLE_INFERENCE} is not offered for OCR systems (PP-OCRv4's "
+                             "detector cannot run in its oneDNN INT8: conv2d_transpose); list onnxruntime and/or "
+                             "openvino"])
     store = ArtifactStore(root)
     parts = resolve_system(store, config.system)
     pages = pages_config(store, config, parts[DETECTOR])

@@ -266,3 +266,12 @@ def test_a_component_that_is_missing_or_not_released_is_named(quantgate_cli, pag
     assert "system.detector: ppocrv4-det/v3 did not pass its gate (status 'error')" in result.stderr
     assert "system.recognizer: 'no-such-model'" in result.stderr
     assert _no_system_version(folder / "store")
+
+
+def test_paddle_inference_is_refused_for_a_system_before_anything_runs(quantgate_cli, pages, tmp_path):
+    config = system_config(pages)
+    config["evaluate"]["runtimes"] = ["onnxruntime", "paddle_inference"]
+    result = run_config(quantgate_cli, config, tmp_path, tmp_path / "store")
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "evaluate.runtimes: paddle_inference is not offered for OCR systems" in result.stderr
+    assert not (tmp_path / "store" / "ppocrv4-system").exists()
