@@ -54,6 +54,7 @@ class ComponentRef:
     task: str
     stages: dict[str, StageRef]
     outputs_are_probabilities: bool
+    spec: dict  # its data stage's dataset.json, read once when the component was verified
 
     def record(self) -> dict:
         return {"model": self.model, "version": self.version, "task": self.task,
@@ -97,7 +98,7 @@ def _component(store: ArtifactStore, role: str, value: str, task_name: str) -> t
     if found != task_name:
         return None, [f"{setting}: {model}/{version} is a {found} model, not {task_name}; name a {task_name} model"]
     kind = ((source or {}).get(OUTPUT_SPEC) or {}).get("kind", "logits")
-    return ComponentRef(model, version, task_name, stages, kind == "probabilities"), []
+    return ComponentRef(model, version, task_name, stages, kind == "probabilities", spec), []
 
 
 def _fit_problems(store: ArtifactStore, parts: dict[str, ComponentRef]) -> list[str]:
@@ -105,8 +106,7 @@ def _fit_problems(store: ArtifactStore, parts: dict[str, ComponentRef]) -> list[
     problems = []
     recognizer = parts.get(RECOGNIZER)
     if recognizer is not None:
-        data = store.verify_stage(recognizer.stages["data"])
-        characters = json.loads((data / DATASET_FILE).read_text())["characters"]
+        characters = recognizer.spec["characters"]
         classes = _output_classes(store.verify_stage(recognizer.stages["convert"]) / FP32_FILE)
         if classes is not None and classes != len(characters) + 1:
             problems.append(f"system.recognizer: {recognizer.model}/{recognizer.version}'s dictionary has "
@@ -114,7 +114,7 @@ def _fit_problems(store: ArtifactStore, parts: dict[str, ComponentRef]) -> list[
                             "position; gate the recognizer again with the dictionary it was trained with")
     classifier = parts.get(CLASSIFIER)
     if classifier is not None:
-        spec = json.loads((store.verify_stage(classifier.stages["data"]) / DATASET_FILE).read_text())
+        spec = classifier.spec
         if "180" not in spec.get("classes", []) or spec.get("transforms", {}).get("resize_pad") is None:
             problems.append(f"system.classifier: {classifier.model}/{classifier.version} is not a text-direction "
                             f"classifier (classes {spec.get('classes')}, resize_pad "
@@ -144,12 +144,11 @@ def resolve_system(store: ArtifactStore, system: SystemConfig) -> dict[str, Comp
     return parts
 
 
-def pages_config(store: ArtifactStore, config: PipelineConfig, detector: ComponentRef) -> DataConfig:
+def pages_config(config: PipelineConfig, detector: ComponentRef) -> DataConfig:
     """The system's pages read as its detector was gated: the detector's transforms and DB post-processing."""
-    spec = json.loads((store.verify_stage(detector.stages["data"]) / DATASET_FILE).read_text())
-    return config.data.model_copy(update={"transforms": config.data.transforms.model_validate(spec["transforms"]),
-                                          "det_postprocess": config.data.det_postprocess.model_validate(
-                                              spec["postprocess"])})
+    return config.data.model_copy(update={
+        "transforms": config.data.transforms.model_validate(detector.spec["transforms"]),
+        "det_postprocess": config.data.det_postprocess.model_validate(detector.spec["postprocess"])})
 
 
 @task(name="data", **STAGE_TASK)
@@ -340,7 +339,7 @@ def run_system(config: PipelineConfig, root: str, reuse: bool = True) -> tuple[V
                              "openvino"])
     store = ArtifactStore(root)
     parts = resolve_system(store, config.system)
-    pages = pages_config(store, config, parts[DETECTOR])
+    pages = pages_config(config, parts[DETECTOR])
     version = store.create_version(config.model_name)
     get_run_logger().info("new version %s/%s in %s", version.model, version.version, root)
     with store.hold_version(version):

@@ -40,15 +40,16 @@ class ValidationCheck:
         fp32_logits, fp32_predicted, squares, count = [], [], 0.0, 0
         for logits, labels, _ in self._batch_logits(fp32_onnx):
             fp32_predicted.append(self.task.predict(logits, labels))
-            squares += float(np.sum(np.square(logits - logits.mean()), dtype=np.float64))
-            count += logits.size
             if self.task.keeps_outputs:
                 fp32_logits.append(logits)
+            else:  # nothing is held: the variance comes from running sums around each batch's mean
+                squares += float(np.sum(np.square(logits - logits.mean()), dtype=np.float64))
+                count += logits.size
         self.fp32_logits = np.concatenate(fp32_logits) if fp32_logits else None
         self.fp32_predicted = np.concatenate(fp32_predicted)
         self.fp32_scores = self.task.scores(self.labels, self.fp32_predicted)
         self.fp32_top1_pct = self.fp32_scores["top1_pct"]
-        # Held outputs: their variance, as before; otherwise around each batch's mean (nothing is held)
+        # Held outputs: their variance, as before
         self._fp32_logit_variance = float(np.var(self.fp32_logits)) if self.fp32_logits is not None else \
             squares / max(count, 1)
 

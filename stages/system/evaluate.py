@@ -88,14 +88,17 @@ def recognizer_spec(component: Component) -> RecognizerSpec:
                           tuple(component.spec["characters"]), component.outputs_are_probabilities)
 
 
-def test_pages(data: StoredData) -> tuple[list[np.ndarray], list[list[dict]], list[str]]:
-    """The test pages as RGB arrays, their labelled regions and their sha256 (the pages' identity).
+def test_pages(data: StoredData, only: int | None = None) -> tuple[list[np.ndarray], list[list[dict]], list[str]]:
+    """The test pages (the `only`-th alone, when given) as RGB arrays, their labelled regions and their sha256
+    (the pages' identity).
 
     Raises:
         PageChanged: a page file changed since the data stage recorded it.
     """
     pages, truth, ids = [], [], []
-    for row, path in zip(data.rows[TEST], data.files(TEST)):
+    chosen = [(row, path) for index, (row, path) in enumerate(zip(data.rows[TEST], data.files(TEST)))
+              if only is None or index == only]
+    for row, path in chosen:
         image = read_recorded(Path(path), row, "RGB")
         if isinstance(image, int):
             raise PageChanged(f"page {path} changed after the data stage recorded it (or no longer decodes); run "

@@ -76,19 +76,19 @@ def _page_picture(data_dir: Path, reads: dict, metrics: dict, out_dir: Path) -> 
     differing = entry[out.SYSTEMS][int8_name][VS_FP32]["differing_lines"]
     counts = np.bincount([page for page, *_ in differing], minlength=1)
     page_index = int(counts.argmax()) if len(differing) else 0
-    pages, truth, _ = test_pages(open_data(Path(data_dir)))
+    (page,), (truth,), _ = test_pages(open_data(Path(data_dir)), only=page_index)  # the one page drawn
     fp32 = [(line["points"], line["text"]) for line in reads["runtimes"][primary][fp32_name][page_index]]
     int8 = [(line["points"], line["text"]) for line in reads["runtimes"][primary][int8_name][page_index]]
-    shown = {line for page, line, *_ in differing if page == page_index}
-    font = choose_font(picture_strings(truth[page_index], fp32, int8, shown))
-    draw_page(pages[page_index], truth[page_index], fp32, int8, shown, Path(out_dir) / PAGE_PLOT, font.path)
-    crops = save_crops(pages[page_index], [(f"page{page_index}-line{line}", truth[page_index][line]["points"])
-                                           for line in sorted(shown)], Path(out_dir) / CROPS_DIR) if shown else []
+    shown = {line for page_number, line, *_ in differing if page_number == page_index}
+    font = choose_font(picture_strings(truth, fp32, int8, shown))
+    draw_page(page, truth, fp32, int8, shown, Path(out_dir) / PAGE_PLOT, font.path)
+    crops = save_crops(page, [(f"page{page_index}-line{line}", truth[line]["points"])
+                              for line in sorted(shown)], Path(out_dir) / CROPS_DIR) if shown else []
     lines = [f"## A test page: {fp32_name} (blue) and {int8_name} (dashed orange), {primary}", "",
              f"![test page {page_index}]({PAGE_PLOT})", ""]
     if shown:
         lines += ["The lines the two read differently (crops as the recognizer got them):", ""]
-        lines += [f"- line {line}: truth {truth[page_index][line]['transcription']!r}: "
+        lines += [f"- line {line}: truth {truth[line]['transcription']!r}: "
                   f"![crop]({CROPS_DIR}/{path.name})" for line, path in zip(sorted(shown), crops)]
     else:
         lines.append("Both systems read every line of every test page alike.")
