@@ -8,6 +8,7 @@ from .checkpoints import CheckpointRef, CheckpointWriter
 from .errors import ArtifactCorrupt, ArtifactError, ArtifactExists, ArtifactNotFound, InvalidName, StoreNotWritable
 from .layout import LATEST, RELEASE, RUN_LOG_FILE
 from .names import StageRef, VersionInfo, VersionRef
+from .opening import is_s3, open_store
 from .store import ArtifactStore
 from .writer import StageWriter
 
@@ -28,4 +29,6 @@ __all__ = [
     "StoreNotWritable",
     "VersionInfo",
     "VersionRef",
+    "is_s3",
+    "open_store",
 ]

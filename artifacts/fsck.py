@@ -58,11 +58,12 @@ __all__ = ["Problem", "check_store", "repair"]
 def check_store(store: ArtifactStore, model: str | None = None) -> list[Problem]:
     """Every problem in the store (or in one model), in a stable order."""
     root = store.root
-    problems: list[Problem] = []
+    problems: list[Problem] = store.remote_problems(model)  # a bucket's own findings; it fills the mirror too
     if model:
         models = [Entry(root / check_model(model), lstat_mode(root / model) or stat.S_IFDIR)]
     else:
-        entries, problems = split_lock_files(root, scan(root))
+        entries, found = split_lock_files(root, scan(root))
+        problems += found
         models = [e for e in entries if NAME_PATTERN.fullmatch(e.name) and ".." not in e.name]
         for entry in entries:  # the writability probe a crashed ArtifactStore() may leave at the root
             if entry.name.startswith(PROBE_PREFIX):
@@ -86,6 +87,9 @@ def repair(store: ArtifactStore, problems: list[Problem]) -> list[str]:
         if not problem.repairable:
             continue
         path = store.root / problem.path
+        if store.repair_remote(problem):
+            repaired.append(problem.path)
+            continue
         if problem.kind == "torn-audit-line":
             done = truncate_torn_tail(path) is not None
         else:
@@ -245,11 +249,9 @@ def _read_record(path: Path, shown: str) -> dict:
 
 
 def _check_record(store: ArtifactStore, model: str, version_dir: Path, manifests: dict[str, str]) -> list[Problem]:
-    from . import locks
-
     root, record_path = store.root, version_dir / VERSION_RECORD
     if lstat_mode(record_path) is None:
-        if locks.is_held(version_dir):
+        if store.version_is_running(model, version_dir.name):
             return []  # a run is writing this version right now
         return [Problem("incomplete-version", rel(root, version_dir),
                         f"no {VERSION_RECORD}: the run was interrupted; its committed stages stay reusable, "

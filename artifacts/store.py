@@ -55,6 +55,31 @@ class ArtifactStore:
     def __repr__(self) -> str:
         return f"ArtifactStore({str(self.root)!r})"
 
+    @property
+    def location(self) -> str:
+        """Where the store is, as the user names it (--store): this folder; a URL for a store in a bucket."""
+        return str(self.root)
+
+    def shown(self, relpath: str) -> str:
+        """Where the store's entry `relpath` (a path relative to the root, as the store returns them) is."""
+        return str(self.root / relpath)
+
+    def version_location(self, version_ref: VersionRef) -> str:
+        """Where a version is, as messages show it: its folder here; its URL in a bucket."""
+        return version_ref.path
+
+    def remote_problems(self, model: str | None = None) -> list:
+        """What only a remote store can show fsck (fsck.Problem's); none for a folder."""
+        return []
+
+    def repair_remote(self, problem) -> bool:
+        """Repair one of `remote_problems`; a folder has none."""
+        return False
+
+    def version_is_running(self, model: str, version: str) -> bool:
+        """Whether a live run holds the version (fsck: running, not interrupted): a flock on its folder."""
+        return locks.is_held(paths.version_dir(self.root, model, version))
+
     # -- versions ---------------------------------------------------------------------------
 
     def create_version(self, model: str) -> VersionRef:

@@ -24,7 +24,10 @@ from quantgate.artifacts import (
     CheckpointRef,
     StageRef,
     VersionRef,
+    open_store,
 )
+from quantgate.artifacts.decisions import EVALUATE_DIGEST
+from quantgate.artifacts.errors import AliasMoved
 from quantgate.artifacts.names import version_number
 from quantgate.config import GatePolicy, PipelineConfig
 from quantgate.errors import Rejected
@@ -125,7 +128,8 @@ def record_error(store: ArtifactStore, version: VersionRef, config: PipelineConf
         store.finalize_version(
             version, {"status": "error", "error": f"{type(exc).__name__}: {exc}", "config": config.model_dump(mode="json")}
         )
-        exc.add_note(f"version {version.model}/{version.version} is recorded with status 'error' in {version.path}")
+        exc.add_note(f"version {version.model}/{version.version} is recorded with status 'error' in "
+                     f"{store.version_location(version)}")
     except ArtifactExists:
         pass  # publish finalized it before failing; that record stands
     except ArtifactError as record_failed:  # e.g. the disk is still full: the version stays 'incomplete'
@@ -179,26 +183,45 @@ def publish_judged(store: ArtifactStore, version: VersionRef, judge: Callable[[s
     the lock is let go and the loop judges the newer one; otherwise the version is finalized, `latest` moved
     unless it already names a newer version, and `release` moved (compare-and-set) only if the record passes.
     """
+    finalized = False
     while True:
         release_seen, problem = current_release(store, version.model)
         judged = judge(release_seen, problem)
-        with store.alias_moves(version.model) as moves:
-            release_now = moves.current(RELEASE)
-            if release_now != release_seen and not problem:
-                continue  # moved while this run scored it: score the newer one, outside the lock
-            store.finalize_version(version, judged)
-            latest = moves.current(LATEST)
-            if latest is None or version_number(latest) < version_number(version.version):
-                moves.move(LATEST, version.version, reason=f"run finished: gate {judged['status']}")
-            if judged["status"] == "passed":
-                moves.move(RELEASE, version.version, reason="gate passed", expected_previous=release_now)
+        try:
+            with store.alias_moves(version.model) as moves:
+                release_now = moves.current(RELEASE)
+                if release_now != release_seen and not problem:
+                    continue  # moved while this run scored it: score the newer one, outside the lock
+                if not finalized:
+                    store.finalize_version(version, judged)
+                    finalized = True
+                else:  # judged again after another worker's move: the newest decision is what counts
+                    store.record_decision(version, rejudged_decision(store, version, judged))
+                latest = moves.current(LATEST)
+                if latest is None or version_number(latest) < version_number(version.version):
+                    moves.move(LATEST, version.version, reason=f"run finished: gate {judged['status']}")
+                if judged["status"] == "passed":
+                    moves.move(RELEASE, version.version, reason="gate passed", expected_previous=release_now)
+        except AliasMoved:
+            # Only a shared store (S3) has no lock to hold: another worker's move committed between this
+            # block's read and its own commit. Read `release` again, judge again, and try again.
+            continue
         return judged
+
+
+def rejudged_decision(store: ArtifactStore, version: VersionRef, judged: dict) -> dict:
+    """The decision a publish records when it judged its version again after the record was finalized."""
+    decision = {"gate": judged.get("gate", {}), "status": judged["status"],
+                "why": "judged again at publish: another worker moved an alias after this version was finalized"}
+    if "evaluate" in store.version_record(version).get("stages", {}):
+        decision[EVALUATE_DIGEST] = store.finalized_stage_ref(version, "evaluate").manifest_sha256
+    return decision
 
 
 @task(name="publish", retries=0, cache_policy=NO_CACHE)
 def publish_task(store_root: str, version: VersionRef, config: PipelineConfig, refs: dict[str, StageRef]) -> dict:
     """Finalize the version, move `latest` (never backwards), and move `release` only if the gate passed."""
-    store = ArtifactStore(store_root)
+    store = open_store(store_root)
     record = publish_record(store, version, version_record(store, config, refs), config.gate)
     if record["status"] == "passed":
         get_run_logger().info("release -> %s/%s", version.model, version.version)
@@ -232,7 +255,7 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
         ModelProblem: `config.trained_model` cannot be gated as given (before a version exists).
     """
     root = str(resolve_store_root(store))
-    artifact_store = ArtifactStore(root)
+    artifact_store = open_store(root)
     if config.task == OCR_SYSTEM:  # stored components judged end to end: nothing is trained or quantized
         version, record, refs = run_system(config, root, reuse)
         return _published(artifact_store, version, record, refs)

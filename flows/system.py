@@ -14,7 +14,7 @@ from pathlib import Path
 import onnx
 from prefect import get_run_logger, task
 
-from quantgate.artifacts import RELEASE, ArtifactError, ArtifactStore, StageRef, VersionRef
+from quantgate.artifacts import RELEASE, ArtifactError, ArtifactStore, StageRef, VersionRef, open_store
 from quantgate.config import DataConfig, GatePolicy, PipelineConfig
 from quantgate.errors import BadInput
 from quantgate.flows.code_version import code_digest
@@ -154,17 +154,21 @@ def pages_config(config: PipelineConfig, detector: ComponentRef) -> DataConfig:
 @task(name="data", **STAGE_TASK)
 def pages_task(store_root: str, version: VersionRef, data: DataConfig, reuse: bool = True) -> StageRef:
     """The pages, every one in the test split (nothing is calibrated or trained here)."""
+    from quantgate.stages.data.locations import data_roots, without_locations
+    from quantgate.stages.data.outputs import READ_FROM
     from quantgate.stages.data.text_boxes import plan_text_boxes
 
     plan = []
 
     def scan() -> dict:
-        state = HashState(ArtifactStore(store_root).cache(FILE_HASH_STATE).state_file())
+        state = HashState(open_store(store_root).cache(FILE_HASH_STATE).state_file())
         plan.append(plan_text_boxes(data, state, all_test=True))
-        return {"file_table_sha256": plan[0].table_sha256}
+        return {"data_content_sha256": plan[0].content_sha256}  # the pages' bytes, wherever they are mounted
 
-    return run_stage(store_root, version, "data", data.model_dump(mode="json") | {"system_pages": True}, {},
-                     lambda _, folder: prepare_data(data, folder, plan[0], training=False), reuse, environment=scan)
+    settings = data.model_dump(mode="json") | {"system_pages": True}
+    return run_stage(store_root, version, "data", settings | {READ_FROM: data_roots(data)}, {},
+                     lambda _, folder: prepare_data(data, folder, plan[0], training=False), reuse, environment=scan,
+                     digest_config=without_locations(data, settings))
 
 
 def _inputs(parts: dict[str, ComponentRef | None]) -> dict[str, StageRef]:
@@ -237,7 +241,7 @@ def system_gate_task(store_root: str, version: VersionRef, policy: GatePolicy, e
     """The system's gate: all-INT8 vs all-FP32 per runtime, and vs the release on the same pages."""
     from quantgate.stages.system.gate import gate_system
 
-    store = ArtifactStore(store_root)
+    store = open_store(store_root)
     release = store.alias(version.model, RELEASE)
     metrics = store.read_manifest(evaluate)["metrics"]
 
@@ -256,7 +260,7 @@ def system_report_task(store_root: str, version: VersionRef, evaluate: StageRef,
                        system: StageRef) -> StageRef:
     from quantgate.stages.system.report import report_system
 
-    store = ArtifactStore(store_root)
+    store = open_store(store_root)
     metrics, gate_record = store.read_manifest(evaluate)["metrics"], store.read_manifest(gate)["metrics"]
     components = store.read_manifest(system)["metrics"]["components"]
 
@@ -313,7 +317,7 @@ def system_publish_task(store_root: str, version: VersionRef, config: PipelineCo
     against the release as it is when the move is made."""
     from quantgate.flows.release import publish_judged
 
-    store = ArtifactStore(store_root)
+    store = open_store(store_root)
     record = system_record(store, config, refs)
     judged = publish_judged(store, version, lambda release, _: _rejudged(store, version, record, refs, config.gate,
                                                                          release))
@@ -337,7 +341,7 @@ def run_system(config: PipelineConfig, root: str, reuse: bool = True) -> tuple[V
         raise SystemProblem([f"evaluate.runtimes: {PADDLE_INFERENCE} is not offered for OCR systems (PP-OCRv4's "
                              "detector cannot run in its oneDNN INT8: conv2d_transpose); list onnxruntime and/or "
                              "openvino"])
-    store = ArtifactStore(root)
+    store = open_store(root)
     parts = resolve_system(store, config.system)
     pages = pages_config(config, parts[DETECTOR])
     version = store.create_version(config.model_name)

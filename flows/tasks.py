@@ -18,7 +18,7 @@ import paddle
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from quantgate.artifacts import ArtifactStore, CheckpointRef, StageRef, VersionRef
+from quantgate.artifacts import ArtifactStore, CheckpointRef, StageRef, VersionRef, open_store
 from quantgate.artifacts.reuse import reuse_note
 from quantgate.config import DataConfig, EvaluateConfig, GatePolicy, PipelineConfig, QuantizeConfig, TrainConfig
 from quantgate.flows.code_version import code_digest
@@ -38,7 +38,8 @@ from quantgate.stages.data import (
     plan_text_lines,
     prepare_data,
 )
-from quantgate.stages.data.outputs import SAMPLES_CALIBRATION
+from quantgate.stages.data.locations import data_roots, without_locations
+from quantgate.stages.data.outputs import READ_FROM, SAMPLES_CALIBRATION
 from quantgate.stages.evaluate import evaluate
 from quantgate.stages.export import export, export_program
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
@@ -84,17 +85,21 @@ def run_stage(
     work: Callable[[dict[str, Path], Path], object],
     reuse: bool = True,
     environment: dict | Callable[[], dict] | None = None,
+    digest_config: dict | None = None,
 ) -> StageRef:
     """Reuse an earlier identical stage, or verify the inputs, run `work(input_dirs, out_dir)` in a
     staging folder and commit it; return the committed stage's ref.
 
     `environment` adds what else decides the output to the input digest (e.g. a resumed checkpoint); a
     callable is called once the stage's line is shown (e.g. scanning an image folder takes a while).
+    `digest_config` is what of `config` goes into the digest when `config` records more (where the data
+    stage read its files); the manifest records `config`.
     """
-    store = ArtifactStore(store_root)
+    store = open_store(store_root)
     with stage_lines(stage) as outcome:
         extra = environment() if callable(environment) else environment or {}
-        digest = store.input_digest(stage, config, inputs, {**stage_environment(stage), **extra})
+        digest = store.input_digest(stage, config if digest_config is None else digest_config, inputs,
+                                    {**stage_environment(stage), **extra})
         source = store.find_reusable(version.model, stage, digest) if reuse else None
         if source is not None:
             ref = store.reuse_stage(version, stage, config, inputs, source, digest)
@@ -117,7 +122,7 @@ def check_calibration_size(store_root: str, data: StageRef, config: QuantizeConf
     Raises:
         QuantizationError: quantize.batch_nums x batch_size exceeds the calibration samples.
     """
-    samples = ArtifactStore(store_root).read_manifest(data)["metrics"][SAMPLES_CALIBRATION]
+    samples = open_store(store_root).read_manifest(data)["metrics"][SAMPLES_CALIBRATION]
     calibration_batches(samples, config)
 
 
@@ -131,19 +136,22 @@ def data_task(store_root: str, version: VersionRef, config: DataConfig, reuse: b
 
     def scan() -> dict:
         # Files live outside the store and may change under the same path: they are scanned every run
-        # (hashes of unchanged files come from the store's hash state), and the data stage is reused only
-        # when the scanned table - every file's bytes, size, mtime, place and label - is the recorded one.
+        # (hashes of unchanged files come from this machine's hash state), and the data stage is reused only
+        # when the scanned content - every file's bytes, place under its root and label - is the recorded one,
+        # wherever the roots lie (another worker's mount of the same files reuses it).
         if config.dataset not in planners:
             return {}
-        state = HashState(ArtifactStore(store_root).cache(FILE_HASH_STATE).state_file())
+        state = HashState(open_store(store_root).cache(FILE_HASH_STATE).state_file())
         plan.append(planners[config.dataset](config, state, training=training))
-        return {"file_table_sha256": plan[0].table_sha256}
+        return {"data_content_sha256": plan[0].content_sha256}
 
     settings = config.model_dump(mode="json") | ({} if training else {"training": False})  # earlier digests kept
+    # The manifest says where this run read the files (the later stages read them there); the digest does not.
+    located = {READ_FROM: data_roots(config)} if config.dataset in planners else {}
     return run_stage(
-        store_root, version, "data", settings, {},
+        store_root, version, "data", settings | located, {},
         lambda _, out: prepare_data(config, out, plan[0] if plan else None, training=training), reuse,
-        environment=scan,
+        environment=scan, digest_config=without_locations(config, settings),
     )
 
 
@@ -170,7 +178,7 @@ def train_task(
 ) -> StageRef:
     """Train under AMP and keep the float32 master weights; checkpoint every epoch, or continue `resume`, or
     start from `warm_start`'s weights (train.init_from, resolved by the flow before the version existed)."""
-    store = ArtifactStore(store_root)
+    store = open_store(store_root)
     # Read once and hashed: training loads these very bytes (no pickle in them), never the files again.
     saved = CheckpointBytes(resume.name, store.read_checkpoint(resume)) if resume is not None else None
 
@@ -234,7 +242,7 @@ def export_program_task(store_root: str, version: VersionRef, source: StageRef, 
 def export_task(store_root: str, version: VersionRef, trained: StageRef, data: StageRef,
                 reuse: bool = True, num_workers: int = 0) -> StageRef:
     """Save the FP32 inference model and check it against training."""
-    metrics = ArtifactStore(store_root).read_manifest(trained)["metrics"]
+    metrics = open_store(store_root).read_manifest(trained)["metrics"]
     architecture, neck = metrics[ARCHITECTURE], metrics.get(NECK)
     settings = {"architecture": architecture, **({"neck": neck} if neck else {})}  # classification keys unchanged
     return run_stage(
@@ -268,7 +276,7 @@ def quantize_task(
             reuse,
         )
     policy, evaluate_config = policy or GatePolicy(), evaluate_config or EvaluateConfig()
-    store = ArtifactStore(store_root)
+    store = open_store(store_root)
     # The search's verdict depends on the policy it was judged by: it is part of the stage's config.
     stage_config = {**config.model_dump(mode="json"), "policy": policy.model_dump(mode="json"),
                     "evaluate": evaluate_config.model_dump(mode="json")}
@@ -330,7 +338,7 @@ def duel_task(store_root: str, version: VersionRef, evaluated: StageRef, data: S
     Another run may move `release` before this one publishes: publish scores the new release (outside the
     alias lock) and judges the comparison again.
     """
-    store = ArtifactStore(store_root)
+    store = open_store(store_root)
     release, problem = current_release(store, version.model)
     if release is None:
         get_run_logger().info("duel: no release yet (the comparison with the release is not applicable)")
@@ -358,7 +366,7 @@ def gate_task(store_root: str, version: VersionRef, policy: GatePolicy, evaluate
               duel: StageRef | None = None, quantized: StageRef | None = None) -> StageRef:
     """Apply the release policy to the evaluation, its provenance, the duel with the release and the INT8
     search's verdict (never reused: the duel is against the store's current release)."""
-    store = ArtifactStore(store_root)
+    store = open_store(store_root)
     metrics, predictions, stale = gate_evidence(store, evaluated)
     search = search_summary(store, quantized)
     release = stored_duel(store, duel) if duel is not None else None
@@ -376,7 +384,7 @@ def report_task(store_root: str, version: VersionRef, trained: StageRef, evaluat
                 duel: StageRef | None = None) -> StageRef:
     """report.md and its pictures, stored in the version; `trained` is the train stage, or the source stage of
     a model trained elsewhere; `data` defaults to this version's data stage."""
-    store = ArtifactStore(store_root)
+    store = open_store(store_root)
     train_metrics, evaluation, gate_record = (store.read_manifest(ref)["metrics"] for ref in (trained, evaluated, gated))
     search = search_summary(store, quantized)
     duel_record = store.read_manifest(duel)["metrics"] if duel is not None else None
@@ -384,7 +392,7 @@ def report_task(store_root: str, version: VersionRef, trained: StageRef, evaluat
     report_dir = store.stage_dir(version, "report")
     imported = trained.stage == SOURCE  # a model trained elsewhere: no steps, no VisualDL
     where = {
-        "version": str(version.path),
+        "version": store.version_location(version),
         "report": str(report_dir / REPORT_FILE),
         "pictures": str(report_dir / "*.png"),
         **({} if imported else {"VisualDL": f"visualdl --logdir {store.stage_dir(version, trained.stage) / VISUALDL_DIR}"}),

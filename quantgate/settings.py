@@ -8,10 +8,17 @@ from pathlib import Path
 STORE_ENV = "QUANTGATE_STORE"
 
 
-def resolve_store_root(explicit: str | os.PathLike | None = None) -> Path:
-    """`--store DIR` wins, then $QUANTGATE_STORE, then ~/.quantgate/store."""
-    if explicit:
-        return Path(explicit).expanduser().absolute()
-    if os.environ.get(STORE_ENV):
-        return Path(os.environ[STORE_ENV]).expanduser().absolute()
+S3_SCHEME = "s3://"
+
+
+def resolve_store_root(explicit: str | os.PathLike | None = None) -> Path | str:
+    """`--store DIR` wins, then $QUANTGATE_STORE, then ~/.quantgate/store.
+
+    A value starting with s3:// names a store in a bucket and comes back as that string, unchanged.
+    """
+    value = explicit or os.environ.get(STORE_ENV)
+    if value and str(value).startswith(S3_SCHEME):
+        return str(value)
+    if value:
+        return Path(value).expanduser().absolute()
     return Path.home() / ".quantgate" / "store"

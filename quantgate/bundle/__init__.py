@@ -3,6 +3,8 @@ class names, model card and a sealed sha256 manifest, in one folder that runs wi
 
     write_bundle(store, version_ref, out)   writer.py: refuse a version that did not pass, copy, verify, rename
     open_bundle(folder)                     verify.py: re-hash every file against bundle.json before use
+    pick_runtime(bundle)                    latencies.py: the fastest runtime that passed the gate and is installed here,
+                                            by the latencies the run recorded, and why
     predict_images(bundle, images, ...)     predict.py: preprocess as the data stage did, run, rank classes (or
                                             decode a text line)
     detect_pages(bundle, pages, ...)        pages.py: a text detector's boxes per page, in reading order

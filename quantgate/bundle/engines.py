@@ -24,6 +24,22 @@ class RuntimeMissing(BadInput):
     """The runtime's library is not installed on this machine (exit 2)."""
 
 
+def runtime_installed(runtime: str) -> bool:
+    """Whether `runtime`'s Python package can be imported here (found by importlib.util.find_spec; nothing is
+    imported). predict asks this before it loads a runtime, and when it picks one itself."""
+    from quantgate.stages.evaluate.forms import PACKAGES
+
+    return importlib.util.find_spec(PACKAGES[runtime][0]) is not None
+
+
+def missing_package(runtime: str) -> str:
+    """What `runtime` needs that is missing here, and how to install it."""
+    from quantgate.stages.evaluate.forms import PACKAGES
+
+    package, how = PACKAGES[runtime]
+    return f"{runtime} needs the Python package {package}, which is not installed here: {how}"
+
+
 def load_engine(runtime: str, files: list[Path], precision: str, threads: int,
                 batch_shape: tuple[int, ...]) -> Engine:
     """The runner of `runtime` for the model in `files`: one ONNX file, or a Paddle program and its
@@ -32,12 +48,11 @@ def load_engine(runtime: str, files: list[Path], precision: str, threads: int,
     Raises:
         RuntimeMissing: the runtime's library is not installed here.
     """
-    from quantgate.stages.evaluate.forms import PACKAGES, ModelForm, open_runner
+    from quantgate.stages.evaluate.forms import ModelForm, open_runner
 
-    package, how = PACKAGES[runtime]
-    if importlib.util.find_spec(package) is None:
-        raise RuntimeMissing(f"runtime {runtime} needs the Python package {package}, which is not installed here: "
-                             f"{how}; or choose another of the bundle's runtimes with --runtime")
+    if not runtime_installed(runtime):
+        raise RuntimeMissing(f"runtime {missing_package(runtime)}; or choose another of the bundle's runtimes with "
+                             "--runtime")
     path = files[0] if len(files) == 1 else files[0].parent  # a Paddle program is loaded from its folder
     form = ModelForm(path, precision == "int8", f"{runtime} {precision} model of the bundle", "")
     return open_runner(runtime, form, threads, batch_shape)

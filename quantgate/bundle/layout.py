@@ -54,13 +54,17 @@ SYSTEM_STAGE = SYSTEM_OUTPUTS.stage
 SYSTEM_RUNTIMES = (ONNXRUNTIME, OPENVINO)
 
 FORMAT = "quantgate-bundle"
-# The newest format this quantgate reads and writes. Version 2 added text recognizers (bundle.json "task",
-# characters.txt instead of classes.json); version 3 text detectors (task "text_detection": no class list, the
-# DB post-processing in preprocessing.json) and OCR systems (task "ocr_system": "components", "drop_score",
-# "cls_thresh", system.json). Each bundle is written with the oldest version that can describe it, so a
-# quantgate that reads only version 1 still runs a classifier's bundle, and one that reads 2 a recognizer's.
-FORMAT_VERSION = 3
-TASK_FORMAT_VERSIONS = {CLASSIFICATION: 1, TEXT_RECOGNITION: 2, TEXT_DETECTION: 3, OCR_SYSTEM: 3}
+# The newest format this quantgate reads, and the one it writes. Version 2 added text recognizers (bundle.json
+# "task", characters.txt instead of classes.json); version 3 text detectors (task "text_detection": no class list,
+# the DB post-processing in preprocessing.json) and OCR systems (task "ocr_system": "components", "drop_score",
+# "cls_thresh", system.json). Until version 3 each bundle was written with the oldest version that described it
+# (1 for a classifier). Version 4 added "latencies" (each runtime's latencies as the run measured them, and on
+# which machine), by which predict picks a runtime when none is named; every bundle records them, so every
+# bundle is written as version 4. Versions 1 to 3 are still read (predict ranks them by their model card).
+FORMAT_VERSION = 4
+
+# The tasks a bundle can hold ("task" in bundle.json; absent: classification).
+TASKS = (CLASSIFICATION, TEXT_RECOGNITION, TEXT_DETECTION, OCR_SYSTEM)
 
 DEFAULT_RUNTIME = ONNXRUNTIME
 KNOWN_RUNTIMES = RUNTIME_NAMES

@@ -10,7 +10,13 @@ from __future__ import annotations
 from quantgate.bundle.layout import TEXT_DETECTION, TEXT_RECOGNITION
 from quantgate.bundle.sources import VersionSources
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE
-from quantgate.stages.evaluate.outputs import HEADLINE_METRICS, ONNXRUNTIME, PREDICTIONS_FILE
+from quantgate.stages.evaluate.outputs import (
+    HEADLINE_METRICS,
+    LATENCY_P50_FP32_BATCH1,
+    LATENCY_P50_INT8_BATCH1,
+    ONNXRUNTIME,
+    PREDICTIONS_FILE,
+)
 from quantgate.stages.gate.outputs import CRITERIA, PASSED
 
 SPLITS = ("train", "calibration", "validation", "test")
@@ -30,6 +36,8 @@ DETECTION_EVALUATION_COLUMNS = (("fp32_hmean_pct", "FP32 hmean %"), ("int8_hmean
                                 ("int8_recall_pct", "INT8 recall %"), ("fp32_boxes", "FP32 boxes"),
                                 ("int8_boxes", "INT8 boxes"), *EVALUATION_COLUMNS[3:])
 COLUMNS_BY_TASK = {TEXT_RECOGNITION: TEXT_EVALUATION_COLUMNS, TEXT_DETECTION: DETECTION_EVALUATION_COLUMNS}
+# Shown when the evaluation timed the models at batch 1 too (evaluations before it did not).
+BATCH1_COLUMNS = ((LATENCY_P50_FP32_BATCH1, "FP32 p50 ms batch 1"), (LATENCY_P50_INT8_BATCH1, "INT8 p50 ms batch 1"))
 
 
 def evaluation_by_runtime(evaluated: dict, runtimes: tuple[str, ...]) -> dict[str, dict]:
@@ -179,9 +187,13 @@ def _quantization(quantization: dict) -> list[str]:
 
 def _evaluation(evaluation: dict, task: str | None) -> list[str]:
     columns = COLUMNS_BY_TASK.get(task, EVALUATION_COLUMNS)
+    batch1 = any(LATENCY_P50_INT8_BATCH1 in record for record in evaluation["runtimes"].values())
+    columns = (*columns, *BATCH1_COLUMNS) if batch1 else columns
     rows = [(runtime, *(record.get(key) for key, _ in columns)) for runtime, record in evaluation["runtimes"].items()]
+    sizes = [f"batch {size}" for size in (evaluation.get("latency_batch_size"), 1 if batch1 else None) if size]
+    batches = f"; latency: median ms per call at {' and at '.join(sizes)}" if sizes else ""
     return [(f"## Evaluation (test split, {evaluation['test_samples']} samples; primary runtime "
-             f"{evaluation['primary_runtime']})"), "",
+             f"{evaluation['primary_runtime']}{batches})"), "",
             *table(("runtime", *(title for _, title in columns)), rows)]
 
 

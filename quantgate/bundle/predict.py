@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from quantgate.bundle.engines import load_engine
+from quantgate.bundle.latencies import gate_verdicts, pick_runtime
 from quantgate.bundle.layout import PRECISIONS, TEXT_RECOGNITION
 from quantgate.bundle.verify import VerifiedBundle
 from quantgate.config import TransformsConfig
@@ -47,24 +48,36 @@ class Prediction:
 
 
 def choose_runtime(bundle: VerifiedBundle, runtime: str | None, precision: str) -> str:
-    """`runtime`, or the bundle's default one; it must be in the bundle.
+    """`runtime`, which must be in the bundle and must not have failed the gate; without one, the fastest of the
+    bundle's runtimes that passed the gate and are installed here (`latencies.pick_runtime`).
 
     Raises:
-        NotInBundle: the runtime or precision is not one the bundle holds.
+        NotInBundle: the runtime or precision is not one the bundle holds, or the gate did not pass that runtime.
+        RuntimeMissing: no runtime is named and none of those that passed the gate is installed here.
     """
-    chosen = runtime or bundle.manifest["default_runtime"]
-    if chosen not in bundle.runtimes:
-        raise NotInBundle(f"bundle {bundle.root} holds no {chosen} model (it holds {', '.join(bundle.runtimes)}); "
-                          "choose one of those with --runtime")
     if precision not in PRECISIONS:
         raise NotInBundle(f"precision {precision!r} is not one a bundle holds; choose {' or '.join(PRECISIONS)}")
-    return chosen
+    if runtime is None:
+        return pick_runtime(bundle, precision).runtime
+    if runtime not in bundle.runtimes:
+        raise NotInBundle(f"bundle {bundle.root} holds no {runtime} model (it holds {', '.join(bundle.runtimes)}); "
+                          "choose one of those with --runtime")
+    verdict = (gate_verdicts(bundle.manifest) or {}).get(runtime)
+    if isinstance(verdict, dict) and verdict.get("passed") is not True:
+        passed = [name for name, each in (gate_verdicts(bundle.manifest) or {}).items()
+                  if name in bundle.runtimes and isinstance(each, dict) and each.get("passed") is True]
+        failed = verdict.get("failed") or []
+        why = f"failed {', '.join(failed)}" if failed else "its recorded verdict is not a pass"
+        raise NotInBundle(f"bundle {bundle.label}'s gate did not pass runtime {runtime} ({why}); choose one it "
+                          f"passed with --runtime ({', '.join(passed) or 'none'}), or leave --runtime out")
+    return runtime
 
 
 def predict_images(bundle: VerifiedBundle, images: Sequence[str], runtime: str | None = None,
                    precision: str = "int8", top_k: int = 3) -> list[Prediction]:
-    """The `top_k` classes of each image, most probable first, from `runtime`'s `precision` model; for a text
-    recognizer, each image's decoded line (greedy CTC: repeats merged, blanks dropped), as evaluated.
+    """The `top_k` classes of each image, most probable first, from `runtime`'s `precision` model (no runtime: the
+    one `choose_runtime` picks); for a text recognizer, each image's decoded line (greedy CTC: repeats merged, blanks
+    dropped), as evaluated.
 
     The batch size and thread count are those the evaluate stage ran the models with.
 

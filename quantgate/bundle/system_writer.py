@@ -11,11 +11,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from quantgate.bundle.copying import copy_stage_file, created_by, task_keys, task_records, written
+from quantgate.bundle.latencies import LATENCIES, PER_PAGE, latency_record
 from quantgate.bundle.layout import (
     BUNDLE_FILE,
     DEFAULT_RUNTIME,
     DETECTOR,
     FORMAT,
+    FORMAT_VERSION,
     MODEL_CARD_JSON,
     MODEL_CARD_MD,
     OCR_SYSTEM,
@@ -23,7 +25,6 @@ from quantgate.bundle.layout import (
     PREPROCESSING_FILE,
     SYSTEM_FILE,
     SYSTEM_STAGE,
-    TASK_FORMAT_VERSIONS,
     TEXT_DETECTION,
 )
 from quantgate.bundle.manifest import canonical_json, sealed_json, write_new
@@ -81,7 +82,7 @@ def fill_system(staging: Path, sources: SystemSources) -> None:
     files[MODEL_CARD_MD] = written(staging / MODEL_CARD_MD, render_system_markdown(card).encode("utf-8"))
     used = [entry for entry in components.values() if entry]
     manifest = {
-        "format": FORMAT, "format_version": TASK_FORMAT_VERSIONS[OCR_SYSTEM], "task": OCR_SYSTEM,
+        "format": FORMAT, "format_version": FORMAT_VERSION, "task": OCR_SYSTEM,
         "created_at": created_at, "created_by": created_by(),
         "model": sources.ref.model, "version": sources.ref.version,
         "components": components,
@@ -93,6 +94,9 @@ def fill_system(staging: Path, sources: SystemSources) -> None:
         "default_runtime": DEFAULT_RUNTIME if DEFAULT_RUNTIME in sources.runtimes else sources.runtimes[0],
         # The system's evaluation ran every model at batch 1 with this many threads; predict does the same.
         "evaluated_with": {"batch_size": 1, "threads": _threads(sources)},
+        # Per runtime, the all-FP32 and all-INT8 systems' median time per page, as its evaluation measured them.
+        LATENCIES: latency_record(card["evaluation"]["runtimes"], card["evaluation"].get("cpu"), _threads(sources), 1,
+                                  PER_PAGE),
         "model_card": [MODEL_CARD_MD, MODEL_CARD_JSON],
         "gate": {"passed": True, "verdict": sources.verdict, "runtimes": card["gate"]["runtimes"]},
         "lineage": lineage,

@@ -28,6 +28,7 @@ from quantgate.bundle.layout import (
     PREPROCESSING_FILE,
     RECOGNIZER,
     SYSTEM_FILE,
+    TASKS,
     TEXT_DETECTION,
     TEXT_RECOGNITION,
 )
@@ -35,7 +36,6 @@ from quantgate.bundle.manifest import seal_matches, sha256_file
 from quantgate.errors import BadInput
 
 SHOWN_PROBLEMS = 10
-TASKS = (CLASSIFICATION, TEXT_RECOGNITION, TEXT_DETECTION, OCR_SYSTEM)
 # An OCR system's components, the task each must have, and the key of the file naming its outputs (None: none).
 COMPONENT_FILES = {DETECTOR: (TEXT_DETECTION, None), CLASSIFIER: (CLASSIFICATION, "classes"),
                    RECOGNIZER: (TEXT_RECOGNITION, "characters")}

@@ -16,14 +16,15 @@ from pathlib import Path
 
 from quantgate.artifacts import ArtifactStore, VersionRef
 from quantgate.bundle.copying import copy_stage_file, created_by, task_keys, task_records, written
+from quantgate.bundle.latencies import LATENCIES, latency_record
 from quantgate.bundle.layout import (
     BUNDLE_FILE,
     DEFAULT_RUNTIME,
     FORMAT,
+    FORMAT_VERSION,
     MODEL_CARD_JSON,
     MODEL_CARD_MD,
     PREPROCESSING_FILE,
-    TASK_FORMAT_VERSIONS,
 )
 from quantgate.bundle.manifest import canonical_json, fsync_folder, fsync_tree, sealed_json, write_new
 from quantgate.bundle.model_card import build_card, render_markdown
@@ -94,7 +95,8 @@ def _rename_into_place(staging: Path, out: Path) -> None:
 
 
 def _fill(staging: Path, sources: VersionSources) -> None:
-    """Copy each gated runtime's models, write the records and the card, then the sealed manifest."""
+    """Copy each gated runtime's models, write the records and the card, then the sealed manifest (with each
+    runtime's recorded latencies)."""
     files, origins, runtime_files = _copy_models(staging, sources)
     files.update(task_records(staging, sources))
     created_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -105,8 +107,9 @@ def _fill(staging: Path, sources: VersionSources) -> None:
     files[MODEL_CARD_JSON] = written(staging / MODEL_CARD_JSON, canonical_json(card))
     files[MODEL_CARD_MD] = written(staging / MODEL_CARD_MD, render_markdown(card).encode("utf-8"))
     evaluate_config = sources.manifests["evaluate"].get("config") or {}
+    evaluation = card["evaluation"]
     manifest = {
-        "format": FORMAT, "format_version": TASK_FORMAT_VERSIONS[sources.task],
+        "format": FORMAT, "format_version": FORMAT_VERSION,
         "created_at": created_at,
         "created_by": created_by(),
         "model": sources.ref.model, "version": sources.ref.version, "architecture": card["model"]["architecture"],
@@ -117,6 +120,9 @@ def _fill(staging: Path, sources: VersionSources) -> None:
         "default_runtime": DEFAULT_RUNTIME if DEFAULT_RUNTIME in runtime_files else sources.runtimes[0],
         # How the gate ran the models; predict runs them the same way, so it reproduces the stored predictions.
         "evaluated_with": {"batch_size": evaluate_config.get("batch_size"), "threads": evaluate_config.get("threads")},
+        # What predict ranks the runtimes by when none is named: the run's own latencies, on the run's machine.
+        LATENCIES: latency_record(evaluation["runtimes"], evaluation.get("cpu"), evaluate_config.get("threads"),
+                                  evaluation.get("latency_batch_size")),
         **task_keys(sources.task),
         "preprocessing": PREPROCESSING_FILE, "model_card": [MODEL_CARD_MD, MODEL_CARD_JSON],
         "gate": {"passed": True, "verdict": sources.verdict, "runtimes": card["gate"]["runtimes"]},

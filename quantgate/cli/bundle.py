@@ -44,7 +44,7 @@ def resolve_target(store, model: str, target: str):
         check_version(target)
     except InvalidName:
         if model not in store.models():
-            raise BadTarget(f"store {store.root} holds no model {model!r} (it holds "
+            raise BadTarget(f"store {store.location} holds no model {model!r} (it holds "
                             f"{', '.join(store.models()) or 'none'}); name one with --model") from None
         try:
             version = store.alias(model, target)

@@ -27,12 +27,12 @@ def handle(args: argparse.Namespace) -> int:
     Raises:
         NoStore: there is no store where --store (or its default) points (exit 2, as for every bad input).
     """
-    from quantgate.artifacts import ArtifactStore
+    from quantgate.artifacts import open_store
     from quantgate.artifacts.fsck import check_store, repair
 
     root = resolve_store_root(args.store)
     check_is_store(root)  # fsck looks; it must not create a store where a typo pointed
-    store = ArtifactStore(root)
+    store = open_store(root)
     problems = check_store(store, args.model)
     if args.repair:
         kinds = {problem.path: problem.kind for problem in problems}
@@ -46,5 +46,5 @@ def handle(args: argparse.Namespace) -> int:
     warnings = len(problems) - len(errors)
     repairable = sum(problem.repairable for problem in errors)
     hint = f" ({repairable} removable with --repair)" if repairable else ""
-    print(f"fsck {store.root}: {len(errors)} error(s){hint}, {warnings} warning(s)")
+    print(f"fsck {store.location}: {len(errors)} error(s){hint}, {warnings} warning(s)")
     return 1 if errors else 0  # fsck's own contract (module docstring): 1 means the store has errors

@@ -107,7 +107,7 @@ def handle(args: argparse.Namespace) -> int:
     if len(decision.runtimes) > 1:  # the version passes only if every listed runtime does
         print("  runtimes  " + " | ".join(f"{runtime} {'passed' if verdict['passed'] else 'FAILED'}"
                                           for runtime, verdict in decision.runtimes.items()))
-    print(f"  recorded  {store.root / where}")
+    print(f"  recorded  {store.shown(where)}")
     return EXIT_OK if decision.passed else EXIT_REJECTED
 
 
@@ -120,7 +120,7 @@ def _system_decided(store, ref, policy, release: str | None) -> int:
     print(f"quantgate {ref.model}/{ref.version}: gate {'PASSED' if gate_record['passed'] else 'FAILED'} (decided again)")
     for criterion in gate_record["criteria"]:
         print(f"  gate      {Criterion(**criterion).describe()}")
-    print(f"  recorded  {store.root / where}")
+    print(f"  recorded  {store.shown(where)}")
     return EXIT_OK if gate_record["passed"] else EXIT_REJECTED
 
 

@@ -1,9 +1,11 @@
 """`quantgate predict BUNDLE IMAGE...`: check a bundle on this machine by classifying images with it (or, for
 a text recognizer, reading the text line in each image; for a text detector, finding each page's text boxes;
-for an OCR system, reading each page's lines: boxes and text).
+for an OCR system, reading each page's lines: boxes and text). Without --runtime it runs the runtime that passed
+the gate with the lowest latency the run measured at batch 1, among those installed here, and prints one line
+saying which and why (quantgate/bundle/latencies.py).
 
 Exit codes: 0 predicted, 2 bad input (a bundle whose files do not match its manifest, an unreadable
-image, a runtime the bundle lacks or this machine has not installed).
+image, a runtime the bundle lacks, whose gate did not pass it, or that this machine has not installed).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ def register(commands) -> None:
                                                  "with a bundle (verified against its manifest first)")
     parser.add_argument("bundle", type=Path, metavar="BUNDLE", help="folder written by `quantgate bundle --out`")
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image or page files (PNG, JPEG, BMP)")
-    parser.add_argument("--runtime", help="onnxruntime, openvino or paddle_inference (default: the bundle's default, "
-                                          "onnxruntime when it holds it)")
+    parser.add_argument("--runtime", help="onnxruntime, openvino or paddle_inference (default: of the bundle's "
+                                          "runtimes that passed the gate and are installed here, the one whose "
+                                          "latency at batch 1 the run measured lowest; predict says which and why)")
     parser.add_argument("--precision", choices=("int8", "fp32"), default="int8",
                         help="which of the bundle's models to run (default: int8, the one the gate released; an "
                              "OCR system runs every component in it)")
@@ -34,30 +37,38 @@ def register(commands) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    """Verify the bundle, predict every image, print its top classes (or its decoded text line, its text boxes in
-    reading order, or the lines an OCR system read on it).
+    """Verify the bundle, pick the runtime unless --runtime names one (and say which and why), predict every image,
+    print its top classes (or its decoded text line, its text boxes in reading order, or the lines an OCR system
+    read on it).
 
     Raises:
         BundleInvalid: the bundle is missing, edited, or a file differs from its manifest.
+        RuntimeMissing: no runtime is named and none that passed the gate is installed here.
         NotInBundle, BadImage, RuntimeMissing: see quantgate.bundle.predict_images, detect_pages and read_pages.
     """
     from quantgate.bundle import open_bundle
+    from quantgate.bundle.latencies import pick_runtime
     from quantgate.bundle.layout import OCR_SYSTEM, TEXT_DETECTION
     from quantgate.errors import BadInput
 
     if args.top_k < 1:
         raise BadInput(f"--top-k {args.top_k}: show at least 1 class")
     bundle = open_bundle(args.bundle)
-    runtime = args.runtime or bundle.manifest["default_runtime"]
+    # Without --runtime, the choice is made (and explained) once, here; the predictors get it by name.
+    choice = None if args.runtime else pick_runtime(bundle, args.precision)
+    runtime = args.runtime or choice.runtime
     show = {TEXT_DETECTION: _boxes, OCR_SYSTEM: _page_lines}.get(bundle.task, _classes_or_lines)
     printed = show(bundle, args, runtime) if args.verbose else _quietly(lambda: show(bundle, args, runtime))
     if args.json:
         print(json.dumps({"model": bundle.manifest["model"], "version": bundle.manifest["version"],
-                          "runtime": runtime, "precision": args.precision, "predictions": printed[0]},
+                          "runtime": runtime, "runtime_choice": choice.reason if choice else None,
+                          "precision": args.precision, "predictions": printed[0]},
                          indent=2, ensure_ascii=False))
         return 0
     print(f"bundle {bundle.label}: {len(bundle.manifest['files'])} files verified; {runtime} "
           f"{args.precision.upper()} {'system' if bundle.task == OCR_SYSTEM else 'model'}")
+    if choice is not None:
+        print(choice.reason)
     for line in printed[1]:
         print(line)
     return 0

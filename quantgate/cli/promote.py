@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from quantgate.artifacts import RELEASE
+from quantgate.artifacts.errors import AliasMoved
 from quantgate.cli.shared import (
     MODEL_PICK_HELP,
     add_model_option,
@@ -36,15 +37,27 @@ def handle(args: argparse.Namespace) -> int:
     """
     store, model = store_and_model(args)
     ref = finished_version(store, model, args.version)
-    with store.alias_moves(model) as moves:
-        passed, why = store.release_verdict(ref)
-        if not passed:
-            raise Refused(f"refusing to promote {model}/{ref.version} to {RELEASE}: {why}. Promote a version "
-                          f"whose gate passed, or decide again with `quantgate gate {ref.version}`; nothing moved")
-        current = moves.current(RELEASE)
-        if current == ref.version:
-            print(f"{RELEASE} already points at {model}/{ref.version}; nothing moved")
-            return 0
-        moves.move(RELEASE, ref.version, reason=args.reason or f"promoted ({why})", action="promote")
+    for attempt in range(1, _ATTEMPTS + 1):
+        try:
+            with store.alias_moves(model) as moves:
+                passed, why = store.release_verdict(ref)
+                if not passed:
+                    raise Refused(f"refusing to promote {model}/{ref.version} to {RELEASE}: {why}. Promote a version "
+                                  f"whose gate passed, or decide again with `quantgate gate {ref.version}`; "
+                                  "nothing moved")
+                current = moves.current(RELEASE)
+                if current == ref.version:
+                    print(f"{RELEASE} already points at {model}/{ref.version}; nothing moved")
+                    return 0
+                moves.move(RELEASE, ref.version, reason=args.reason or f"promoted ({why})", action="promote")
+            break
+        except AliasMoved:
+            # A shared (S3) store has no lock: another move committed first. Read and decide again.
+            if attempt == _ATTEMPTS:
+                raise
     print(f"{RELEASE}: {model}/{current or 'none'} -> {ref.version} ({why})")
     return 0
+
+
+# How often promote reads and decides again when other moves keep landing first (S3 stores only).
+_ATTEMPTS = 5

@@ -74,9 +74,9 @@ def handle(args: argparse.Namespace) -> int:
     """
     config = resolve_config(args)
     store_root = resolve_store_root(args.store)
-    from quantgate.artifacts import ArtifactStore  # imported after validation: fail fast, before Paddle loads
+    from quantgate.artifacts import open_store  # imported after validation: fail fast, before Paddle loads
 
-    store = ArtifactStore(store_root)  # refuses an unwritable root before any training
+    store = open_store(store_root)  # refuses an unwritable root (or a missing bucket) before any training
     if args.resume:
         check_resume(store, config, args.resume)
     from quantgate.terminal import quiet_terminal
@@ -91,7 +91,7 @@ def handle(args: argparse.Namespace) -> int:
         kept = keep_run_log(store, version, failure, screen.log_file)
         if version is not None:
             info = next(info for info in store.versions(config.model_name) if info.version == version.version)
-            for line in summary_lines(info, version.path, time.perf_counter() - started):
+            for line in summary_lines(info, store.version_location(version), time.perf_counter() - started):
                 screen.print(line)
             screen.print(f"  run log   {kept}")
     if failure is not None:
@@ -100,7 +100,7 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_release(config: PipelineConfig, store, store_root: Path, args: argparse.Namespace):
+def run_release(config: PipelineConfig, store, store_root: Path | str, args: argparse.Namespace):
     """Check the Prefect API, then run the release flow: (the new version's ref or None, the error or None).
 
     Raises:

@@ -15,7 +15,7 @@ from pathlib import Path
 from quantgate.errors import BadInput, QuantgateError
 from quantgate.settings import STORE_ENV, resolve_store_root
 
-STORE_HELP = f"artifact store root (default: ${STORE_ENV} or ~/.quantgate/store)"
+STORE_HELP = f"artifact store: a folder, or s3://BUCKET/PREFIX (default: ${STORE_ENV} or ~/.quantgate/store)"
 MODEL_FILTER_HELP = "only this model"
 MODEL_PICK_HELP = "model name (default: the store's only model)"
 REASON_HELP = "why; recorded in the audit log"
@@ -59,15 +59,17 @@ def open_store(args: argparse.Namespace):
     Raises:
         NoStore: the folder is missing, or holds things but no model's versions (a mistyped path).
     """
-    from quantgate.artifacts import ArtifactStore  # not at import time: `quantgate run` validates its config first
+    from quantgate.artifacts import open_store  # not at import time: `quantgate run` validates its config first
 
     root = resolve_store_root(args.store)
     check_is_store(root)
-    return ArtifactStore(root)
+    return open_store(root)
 
 
-def check_is_store(root: Path) -> None:
+def check_is_store(root: Path | str) -> None:
     """Refuse a path that is not a store, before ArtifactStore() would create it (a typo must create nothing).
+
+    An s3:// store is checked by opening it: a missing bucket is refused there, and nothing is created.
 
     A store is a folder that is empty (made, nothing run yet) or holds `<model>/versions/` folders
     or the search cache; anything else (a home folder, a dataset) is a path that was meant elsewhere.
@@ -75,6 +77,8 @@ def check_is_store(root: Path) -> None:
     Raises:
         NoStore: naming the path and the fix.
     """
+    if isinstance(root, str):
+        return
     fix = f"pass --store DIR naming the folder `quantgate run` stored its versions in, or set {STORE_ENV}"
     if not root.is_dir():
         what = "is not a folder" if root.exists() else "does not exist"

@@ -47,13 +47,17 @@ def _check_image(data: bytes) -> tuple[str | None, int, int]:
     """Why these bytes are not a usable image (None if they are), and the image's width and height.
     `verify` checks the structure (PNG chunk CRCs and the like) without decoding pixels; a header-only
     read would pass a truncated file."""
+    buffer = io.BytesIO(data)
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with Image.open(buffer) as image:
             size = image.size
             image.verify()
         return None, *size
     except DECODE_ERRORS as exc:
-        return (f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__), 0, 0
+        # PIL names the buffer by its memory address ("cannot identify image file <_io.BytesIO object at 0x..>"):
+        # left in, the same bytes would give another problem, and another data-stage digest, in every process
+        message = str(exc).replace(f" {buffer!r}", "").replace(repr(buffer), "")
+        return (f"{type(exc).__name__}: {message}" if message else type(exc).__name__), 0, 0
 
 
 def read_facts(path: str | Path) -> FileFacts:

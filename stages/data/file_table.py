@@ -12,6 +12,7 @@ import gzip
 import hashlib
 import io
 import json
+import os
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
@@ -32,6 +33,8 @@ class FileRow:
 
 COLUMNS = tuple(field.name for field in fields(FileRow))
 INTEGER_COLUMNS = ("label", "size", "mtime_ns")
+# What a row says about the data itself; a copy of the folder elsewhere has the same, but other mtimes.
+CONTENT_COLUMNS = ("split", "root", "file", "label", "label_name", "sha256")
 
 
 def write_table(path: Path, rows: list[FileRow]) -> None:
@@ -74,3 +77,25 @@ def content_fingerprint(rows: list[FileRow], identity: dict) -> str:
     for row in rows:
         digest.update(f"{row.split}\0{row.root}\0{row.file}\0{row.label}\0{row.sha256}\n".encode())
     return digest.hexdigest()
+
+
+def content_sha256(rows: list[FileRow], **described) -> str:
+    """sha256 of what a scanned table *is*, which decides whether an earlier data stage is reused: each row's
+    split, root key, path relative to that root, label and bytes (CONTENT_COLUMNS), plus `described` (classes,
+    dictionary, label files' digests, what was left out). Where the roots lie and the files' mtimes are left
+    out: a copy of the dataset under another folder, on another machine, is the same data."""
+    table = [[getattr(row, name) for name in CONTENT_COLUMNS] for row in rows]
+    return hashlib.sha256(json.dumps({"rows": table, **described}, sort_keys=True).encode()).hexdigest()
+
+
+def relative_files(items: list[dict], roots: dict[str, str]) -> list[dict]:
+    """`items` ({"file": an absolute path under one of `roots`, ...}) with each file as `<root key>:<relative
+    path>`, for digests that must not depend on where the roots lie; the innermost root wins."""
+    ordered = sorted(roots.items(), key=lambda item: len(item[1]), reverse=True)
+    relative = []
+    for item in items:
+        file = item["file"]
+        key, root = next(((key, root) for key, root in ordered if file.startswith(root + os.sep)), (None, ""))
+        place = f"{key}:{file[len(root) + 1:].replace(os.sep, '/')}" if key else file  # outside every root: as is
+        relative.append({**item, "file": place})
+    return relative

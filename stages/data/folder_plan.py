@@ -1,6 +1,6 @@
 """Scan image folders into the data stage's file table: find, hash, check and split every file.
 
-Runs before anything is stored or trained (the flow calls it first, and its table digest decides
+Runs before anything is stored or trained (the flow calls it first, and its content digest decides
 whether an earlier data stage can be reused), so a bad folder fails the run before any work.
 """
 
@@ -17,8 +17,9 @@ import numpy as np
 from quantgate.config import DataConfig
 from quantgate.stages.data.errors import DataError
 from quantgate.stages.data.file_hashes import FileFacts, HashState, scan_files
-from quantgate.stages.data.file_table import FileRow
+from quantgate.stages.data.file_table import FileRow, content_sha256, relative_files
 from quantgate.stages.data.image_folders import find_images, output_shape
+from quantgate.stages.data.locations import data_roots
 from quantgate.stages.data.stratify import (
     SPLIT_NAMES,
     check_every_class,
@@ -43,10 +44,16 @@ class FolderPlan:
     @property
     def table_sha256(self) -> str:
         """sha256 of every row, sizes and mtimes included, and of the roots: equal only for the same files,
-        untouched, in the same place; the flow reuses an earlier data stage on it."""
+        untouched, in the same place (recorded in the manifest's source)."""
         rows = [[getattr(row, name) for name in row.__dataclass_fields__] for row in self.rows]
         return hashlib.sha256(json.dumps({"rows": rows, "roots": self.roots, "skipped": self.skipped},
                                          sort_keys=True).encode()).hexdigest()
+
+    @property
+    def content_sha256(self) -> str:
+        """sha256 of the files' bytes and places in their folders, the classes and the images left out: equal for
+        a copy of the folders anywhere, touched or not; the flow reuses an earlier data stage on it."""
+        return content_sha256(self.rows, classes=list(self.classes), skipped=relative_files(self.skipped, self.roots))
 
 
 def _scan(root_key: str, root: Path, state: HashState, config: DataConfig):
@@ -118,9 +125,7 @@ def plan_image_folders(config: DataConfig, state: HashState | None = None, train
             images differ in size after the transforms, or a split cannot hold every class.
     """
     state = state or HashState(None)
-    roots = {"path": Path(config.path).expanduser().resolve()}
-    if config.test_path is not None:
-        roots["test_path"] = Path(config.test_path).expanduser().resolve()
+    roots = {key: Path(folder) for key, folder in data_roots(config).items()}
     found, entries, skipped = _scan("path", roots["path"], state, config)
     classes, entries = _named_classes(found, entries, config, roots["path"])
     input_shape = _shape(entries, config, roots["path"])

@@ -16,6 +16,9 @@ NUM_CHARACTERS = "num_characters"  # text recognition: the dictionary's size (nu
 MAX_TEXT_LENGTH = "max_text_length"  # text recognition: the longest label, in characters
 SPLIT_RULE = "split_rule"  # in words: how the samples went to train / calibration / validation / test
 SKIPPED_LINES = "skipped_lines"  # text lines: each line left out, {"line", "file", "reason"}
+# In the data stage's config (not its files, not its reuse digest): the absolute folders this version's run read
+# the table's files from, {"path": ..., "test_path": ...}; a reused stage's dataset.json names another run's.
+READ_FROM = "read_from"
 
 OUTPUTS = StageOutputs(
     stage="data",

@@ -2,8 +2,10 @@
 
 Every stage after `data` opens the data stage's folder with `open_data` and asks for batches of a
 split. For image folders and text lines, `paddle.io.DataLoader` worker processes decode and transform
-each file as it is needed (nothing holds all images), and each file is checked against the size and
-mtime the data stage recorded: a file changed since is named, never silently read.
+each file as it is needed (nothing holds all images), and each file is checked against the size,
+mtime and sha256 the data stage recorded: a file changed since is named, never silently read. The
+table's paths are relative to its roots, and the roots are this version's run's (`roots_read_from`):
+a data stage reused from a run on another machine reads this machine's copy of the files.
 
 For text recognition a batch's labels are the lines' dictionary ids padded with 0 (the CTC blank),
 int64 [B, max_text_length]; `references` gives the label strings the predictions are compared with.
@@ -23,12 +25,13 @@ from pathlib import Path
 import numpy as np
 import paddle
 
+from quantgate.artifacts.manifest import MANIFEST_NAME
 from quantgate.config import AugmentConfig, TransformsConfig
 from quantgate.stages.data.augment import augmented, image_rng
 from quantgate.stages.data.errors import DataError
 from quantgate.stages.data.file_table import FileRow, read_table
 from quantgate.stages.data.image_folders import preprocess
-from quantgate.stages.data.outputs import DATASET_FILE, SPLITS_FILE, TABLE_FILE
+from quantgate.stages.data.outputs import DATASET_FILE, READ_FROM, SPLITS_FILE, TABLE_FILE
 from quantgate.stages.data.recorded_image import (
     FILE_CHANGED,
     FILE_UNREADABLE,
@@ -294,13 +297,25 @@ def _changed(dataset: FileSplit | TextLineSplit, index: int, status: int) -> Dat
         error.__cause__ = cause
         return error
     if status == FILE_CHANGED:
-        return DataChanged(f"image {path} changed after the data stage recorded it (size or mtime differ, or it is "
-                           "gone); nothing was trained on other bytes: run again to record the folder as it is now")
+        return DataChanged(f"image {path} changed after the data stage recorded it (its size or sha256 differ, or it "
+                           "is gone); nothing was trained on other bytes: run again to record the folder as it is now")
     return DataChanged(f"image {path} can no longer be decoded to the recorded size; replace the file and run again")
 
 
+def roots_read_from(folder: Path, recorded: dict[str, str]) -> dict[str, str]:
+    """The folders a data stage's files are read from: those this version's run read (READ_FROM in the stage's
+    config, in the manifest the store verified with the folder), else those `dataset.json` records (a folder
+    outside a store, or a stage committed before READ_FROM). A reused stage's dataset.json names the folders of
+    the run that computed it, perhaps another machine's mount of the same files."""
+    try:
+        read_from = json.loads((Path(folder) / MANIFEST_NAME).read_text())["config"][READ_FROM]
+    except (OSError, ValueError, KeyError, TypeError):
+        return recorded
+    return {**recorded, **read_from} if isinstance(read_from, dict) else recorded
+
+
 def open_data(folder: Path) -> StoredData:
-    """Open a data stage's output folder.
+    """Open a data stage's output folder; a file table's paths are taken relative to `roots_read_from`.
 
     Raises:
         DataError: the folder is not a data stage's output, or its file table cannot be read.
@@ -311,6 +326,7 @@ def open_data(folder: Path) -> StoredData:
     except (OSError, ValueError) as exc:
         raise DataError(f"{folder} holds no readable {DATASET_FILE}; pass the data stage's folder") from exc
     if spec["kind"] == "files":
+        spec["roots"] = roots_read_from(folder, spec["roots"])
         rows: dict[str, list[FileRow]] = {name: [] for name in SPLIT_NAMES}
         for row in read_table(folder / TABLE_FILE):
             rows[row.split].append(row)

@@ -1,13 +1,17 @@
 """Reading one image file the data stage recorded, checked against its row of the file table first.
 
-Shared by the image-folder and text-line datasets: a file whose size or mtime differ from the row (or that
-is gone) is FILE_CHANGED, one that no longer decodes is FILE_UNREADABLE. The datasets turn a status into
-zeros plus the status instead of raising, because an exception in a DataLoader worker reaches the main
-process without its message (and in-process it stalled Paddle's DataLoader).
+Shared by the image-folder and text-line datasets: a file whose size differs from the row, whose bytes no longer
+hash to its sha256 (or that is gone) is FILE_CHANGED, one that no longer decodes is FILE_UNREADABLE. Only a file
+whose mtime differs from the row's is hashed: a copy of the dataset on another machine, or a touched file, is
+read when its bytes are the recorded ones (the data stage is reused on content, not on mtimes). The datasets
+turn a status into zeros plus the status instead of raising, because an exception in a DataLoader worker
+reaches the main process without its message (and in-process it stalled Paddle's DataLoader).
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -68,9 +72,15 @@ def read_recorded(path: Path, row: FileRow, mode: str) -> Image.Image | int:
     try:
         with open(path, "rb") as handle:
             stat = os.fstat(handle.fileno())
-            if (stat.st_size, stat.st_mtime_ns) != (row.size, row.mtime_ns):
+            if stat.st_size != row.size:
                 return FILE_CHANGED
-            with Image.open(handle) as image:
+            source = handle
+            if stat.st_mtime_ns != row.mtime_ns:  # untouched files are trusted on their stat; the others on their bytes
+                data = handle.read()
+                if hashlib.sha256(data).hexdigest() != row.sha256:
+                    return FILE_CHANGED
+                source = io.BytesIO(data)  # decoded from the very bytes that were hashed
+            with Image.open(source) as image:
                 image.load()
                 return image.convert(mode)
     except FileNotFoundError:

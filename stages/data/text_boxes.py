@@ -21,7 +21,8 @@ from quantgate.config import DataConfig
 from quantgate.stages.data.det_labels import BoxLine, check_inside, read_box_label_file
 from quantgate.stages.data.errors import BadTextBoxes
 from quantgate.stages.data.file_hashes import FileFacts, HashState, scan_files
-from quantgate.stages.data.file_table import FileRow
+from quantgate.stages.data.file_table import FileRow, content_sha256
+from quantgate.stages.data.locations import data_roots
 from quantgate.stages.data.stratify import SPLIT_NAMES, plain_split
 from quantgate.stages.data.text_labels import SHOWN_PROBLEMS
 from quantgate.stages.tasks.det_resize import det_resize_shape
@@ -42,6 +43,12 @@ class BoxPlan:
         rows = [[getattr(row, name) for name in row.__dataclass_fields__] for row in self.rows]
         return hashlib.sha256(json.dumps({"rows": rows, "roots": self.roots, "label_files": self.label_files},
                                          sort_keys=True).encode()).hexdigest()
+
+    @property
+    def content_sha256(self) -> str:
+        """sha256 of the pages' bytes and places under data.path, their boxes and the label files' contents: equal
+        for a copy of the dataset anywhere, touched or not; the flow reuses an earlier data stage on it."""
+        return content_sha256(self.rows, label_files={key: entry["sha256"] for key, entry in self.label_files.items()})
 
 
 def boxes_json(line: BoxLine) -> str:
@@ -100,7 +107,7 @@ def plan_text_boxes(config: DataConfig, state: HashState | None = None, training
             with the fix); or a split would be empty.
     """
     state = state or HashState(None)
-    root = Path(config.path).expanduser().resolve()
+    root = Path(data_roots(config)["path"])
     if not root.is_dir():
         raise BadTextBoxes(f"data.path {root} does not exist or is not a folder; set it to the folder the label "
                            "file's page paths are relative to")

@@ -3,7 +3,7 @@
 `data.path` is the root folder, `data.label_file` lists `relative/path.png<TAB>label` lines (and
 `data.test_label_file` the test split, when given). As with image folders, the flow runs this first:
 every line, image and character is checked before anything is stored or trained, and the table's
-digest decides whether an earlier data stage can be reused.
+content digest decides whether an earlier data stage can be reused.
 
 In the table (`file_table.FileRow`) a line's `label_name` is its text and `label` its line number in
 its label file (the test split's rows: in `test_label_file`), so that any row can be traced back.
@@ -19,7 +19,8 @@ from pathlib import Path
 from quantgate.config import DataConfig
 from quantgate.stages.data.errors import BadTextLines
 from quantgate.stages.data.file_hashes import FileFacts, HashState, scan_files
-from quantgate.stages.data.file_table import FileRow
+from quantgate.stages.data.file_table import FileRow, content_sha256, relative_files
+from quantgate.stages.data.locations import data_roots
 from quantgate.stages.data.stratify import SPLIT_NAMES, plain_split
 from quantgate.stages.data.text_labels import (
     SHOWN_PROBLEMS,
@@ -47,6 +48,7 @@ class TextPlan:
     skipped: list[dict] = field(default_factory=list)  # lines left out: {"line", "file", "reason"}
     skipped_images: list[dict] = field(default_factory=list)  # undecodable images left out: {"file", "problem"}
     squeezed: list[str] = field(default_factory=list)  # "label_file:line" of lines squeezed to width W
+    sources: dict[str, str] = field(default_factory=dict)  # a label file as lines name it -> its setting
 
     @property
     def max_text_length(self) -> int:
@@ -60,6 +62,25 @@ class TextPlan:
         return hashlib.sha256(json.dumps(
             {"rows": rows, "roots": self.roots, "characters": self.characters, "skipped": self.skipped,
              "squeezed": self.squeezed, "label_files": self.label_files}, sort_keys=True).encode()).hexdigest()
+
+    @property
+    def content_sha256(self) -> str:
+        """sha256 of the lines' images and texts, the label files' and the dictionary's contents and what was left
+        out or squeezed, each line named by its setting and number: equal for a copy of the dataset anywhere,
+        touched or not; the flow reuses an earlier data stage on it."""
+        return content_sha256(
+            self.rows, characters=list(self.characters),
+            label_files={key: entry["sha256"] for key, entry in self.label_files.items()},
+            # why a line was left out follows from its text, the dictionary and its image's problem, all above;
+            # the reason's words name the dictionary file, wherever it lies
+            skipped=[[self._setting_line(item["line"]), item["file"]] for item in self.skipped],
+            skipped_images=relative_files(self.skipped_images, self.roots),
+            squeezed=[self._setting_line(where) for where in self.squeezed])
+
+    def _setting_line(self, where: str) -> str:
+        """"label.txt:12" as "label_file:12": the label file by its setting, not by where it lies."""
+        source, number = where.rsplit(":", 1)
+        return f"{self.sources.get(source, source)}:{number}"
 
 
 def _scan_images(lines: list[LabelLine], root: Path, state: HashState, config: DataConfig):
@@ -140,7 +161,7 @@ def plan_text_lines(config: DataConfig, state: HashState | None = None, training
             with the fix); or a split would be empty.
     """
     state = state or HashState(None)
-    root = Path(config.path).expanduser().resolve()
+    root = Path(data_roots(config)["path"])
     if not root.is_dir():
         raise BadTextLines(f"data.path {root} does not exist or is not a folder; set it to the folder the label "
                            "file's image paths are relative to")
@@ -186,5 +207,6 @@ def plan_text_lines(config: DataConfig, state: HashState | None = None, training
     label_files = {key: {"path": str(Path(value).expanduser().resolve()),
                          "sha256": hashlib.sha256(Path(value).expanduser().read_bytes()).hexdigest()}
                    for key, value in settings.items()}
+    sources = {str(Path(value).expanduser()): key for key, value in settings.items()}  # as LabelLine.where names them
     return TextPlan(rows, characters, {"path": str(root)}, tuple(config.transforms.rec_image_shape), label_files,
-                    dictionary, skipped, skipped_images, squeezed)
+                    dictionary, skipped, skipped_images, squeezed, sources)

@@ -16,7 +16,7 @@ from quantgate.stages.data.sample_ids import sample_ids
 from quantgate.stages.evaluate.cpu import cpu_record
 from quantgate.stages.evaluate.float_layers import float_layers_record
 from quantgate.stages.evaluate.forms import ModelForm, Runner, check_runtimes, library, model_forms, open_runner
-from quantgate.stages.evaluate.latency import measure
+from quantgate.stages.evaluate.latency import measure_forms
 from quantgate.stages.evaluate.ort_forms import onnxruntime_int8_form
 from quantgate.stages.evaluate.outputs import (
     CHARACTER_ERRORS_FILE,
@@ -85,7 +85,7 @@ def evaluate(
     paddle_int8_dir: Path | None = None,
 ) -> EvaluateResult:
     """Per listed runtime: the task's numbers for both models (top-1 and per-class accuracy; for text line
-    accuracy and CER), their agreement, latency per batch, speedup, sizes and the INT8 kernels it really runs;
+    accuracy and CER), their agreement, latency per batch (at evaluate.batch_size and at batch 1), speedup, sizes and the INT8 kernels it really runs;
     the top-level metrics are the primary runtime's. Outputs are decoded by the data's task, the same way
     for every model; text also writes the primary runtime's per-character errors (character_errors.json).
 
@@ -141,16 +141,14 @@ def _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2
     task, labels, ids = data.task, data.references("test"), sample_ids(data, "test")
     logits, predictions_by_model = predict_split(runners, data, "test", config.batch_size, workers)
     del runners  # their worker threads must not share the cores with the latency processes
-    log.info("evaluate: predicted %d test samples in %s; timing %d runs per model", len(labels), ", ".join(runtimes),
-             config.latency_repeats)
+    log.info("evaluate: predicted %d test samples in %s; timing %d runs per model at batch %d and at batch 1",
+             len(labels), ", ".join(runtimes), config.latency_repeats, len(latency_batch))
 
     measured = {}
     for runtime in runtimes:
         named = forms[runtime]
-        if runtime not in latency:
-            latency[runtime] = measure({name: form.path for name, form in named.items()}, latency_batch,
-                                       config.threads, config.latency_repeats, runtime,
-                                       int8=tuple(name for name, form in named.items() if form.int8))
+        at_batch, at_batch1 = measure_forms(runtime, named, latency_batch, config.threads, config.latency_repeats,
+                                            timed=latency.get(runtime))
         own = {name: logits[(runtime, name)] for name in named}
         predicted = {name: predictions_by_model[(runtime, name)] for name in named}
         predictions = runtime_predictions_file(runtime, primary)
@@ -158,7 +156,7 @@ def _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2
         # sample_ids say which raw sample each row is, so a later version can reuse these predictions (stages/duel).
         np.savez(out_dir / predictions, labels=labels, fp32_pred=predicted["fp32"], int8_pred=predicted["int8"],
                  fp32_logits=own["fp32"], int8_logits=own["int8"], **{SAMPLE_IDS: ids})
-        measured[runtime] = Measured(named, own, predicted, latency[runtime], int8_ops[runtime], library(runtime),
+        measured[runtime] = Measured(named, own, predicted, at_batch, at_batch1, int8_ops[runtime], library(runtime),
                                      predictions, details[runtime])
     metrics = stage_metrics(measured, primary, labels, task, config, len(latency_batch), cpu)
     if isinstance(task, TextRecognition):

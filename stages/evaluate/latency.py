@@ -4,7 +4,8 @@ The pipeline's own process has just trained with Paddle, whose OpenMP workers ma
 the same cores, and it may host Prefect's temporary server: timings taken there were measured with
 a median 25 % above and a 90th percentile 3x above those of a clean process. So the evaluate stage
 runs this module as a child process (`python -m quantgate.stages.evaluate.latency --runtime ...`), one
-per runtime, so no other runtime's worker threads share the cores, and reads its JSON.
+per runtime, so no other runtime's worker threads share the cores, and reads its JSON. One process times
+every batch size asked for (the evaluated batch, and batch 1), one after another, the same way.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from quantgate.stages.evaluate.forms import ModelForm, open_runner
-from quantgate.stages.evaluate.outputs import ONNXRUNTIME, RUNTIME_NAMES
+from quantgate.stages.evaluate.outputs import BATCH1, ONNXRUNTIME, RUNTIME_NAMES
 from quantgate.stages.evaluate.runtime_onnxruntime import session  # noqa: F401  (others import it from here)
 from quantgate.stages.shared.errors import StageError
 
@@ -38,17 +39,47 @@ def measure(models: dict[str, Path], batch: np.ndarray, threads: int, repeats: i
     Raises:
         StageError: the measuring process failed; its error output is included.
     """
+    return measure_batch_sizes(models, batch, (len(batch),), threads, repeats, runtime, int8)[len(batch)]
+
+
+def measure_batch_sizes(models: dict[str, Path], batch: np.ndarray, batch_sizes: tuple[int, ...], threads: int,
+                        repeats: int, runtime: str = ONNXRUNTIME, int8: tuple[str, ...] = ()
+                        ) -> dict[int, dict[str, dict[str, float]]]:
+    """{batch size: `measure`'s stats per model} on the first `batch size` images of `batch`, every size timed
+    the same way (warm-up, rounds, repeats) in one fresh process, one size after another.
+
+    Raises:
+        StageError: the measuring process failed; its error output is included.
+    """
     with tempfile.TemporaryDirectory(prefix="quantgate-latency-") as scratch:
         batch_file = Path(scratch) / "batch.npy"
         np.save(batch_file, batch)
         command = [sys.executable, "-m", "quantgate.stages.evaluate.latency", "--runtime", runtime,
                    "--batch", str(batch_file), "--threads", str(threads), "--repeats", str(repeats),
+                   *[f"--batch-size={size}" for size in batch_sizes],
                    *[f"--int8={name}" for name in int8], *[f"{name}={path}" for name, path in models.items()]]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise StageError(f"the latency measurement process ({' '.join(command[:3])}) failed with exit "
                          f"{done.returncode}; its error output:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout)
+    return {int(size): stats for size, stats in json.loads(done.stdout).items()}
+
+
+def measure_forms(runtime: str, forms: dict[str, ModelForm], batch: np.ndarray, threads: int, repeats: int,
+                  timed: dict | None = None) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """`runtime`'s latencies of every form at len(`batch`) and at batch 1 (BATCH1), in one process of its own.
+
+    `timed`: the latencies at len(`batch`) when they were measured already (onnxruntime's INT8 form trial on AMX
+    CPUs); then only batch 1 is measured. With a batch of one image, both are the same measurement.
+
+    Raises:
+        StageError: the measuring process failed.
+    """
+    models = {name: form.path for name, form in forms.items()}
+    int8 = tuple(name for name, form in forms.items() if form.int8)
+    sizes = (BATCH1,) if timed is not None else tuple(dict.fromkeys((len(batch), BATCH1)))
+    measured = measure_batch_sizes(models, batch, sizes, threads, repeats, runtime, int8)
+    return (timed if timed is not None else measured[len(batch)]), measured[BATCH1]
 
 
 def time_in_this_process(models: dict[str, Path], batch: np.ndarray, threads: int, repeats: int,
@@ -78,12 +109,17 @@ def main() -> None:
     parser.add_argument("--batch", type=Path, required=True, help=".npy file with the input batch")
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--repeats", type=int, required=True)
+    parser.add_argument("--batch-size", type=int, action="append", default=[], metavar="N",
+                        help="time the batch's first N images (repeatable; default: the whole batch)")
     parser.add_argument("--int8", action="append", default=[], metavar="NAME", help="an INT8 model's name")
     parser.add_argument("models", nargs="+", metavar="NAME=PATH")
     args = parser.parse_args()
     models = {name: Path(path) for name, _, path in (item.partition("=") for item in args.models)}
     batch = np.load(args.batch, allow_pickle=False)
-    print(json.dumps(time_in_this_process(models, batch, args.threads, args.repeats, args.runtime, tuple(args.int8))))
+    sizes = args.batch_size or [len(batch)]
+    # Each size's runners are released before the next size's open, so no idle worker threads share the cores.
+    print(json.dumps({str(size): time_in_this_process(models, batch[:size], args.threads, args.repeats, args.runtime,
+                                                      tuple(args.int8)) for size in sizes}))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,15 @@ SPEEDUP = "speedup_int8_vs_fp32"
 MODEL_BYTES_FP32 = "model_bytes_fp32"
 MODEL_BYTES_INT8 = "model_bytes_int8"
 
+# Every runtime's models are also timed at batch 1 (one input, as a service answering one request at a
+# time runs them), in the same process and the same way as at the evaluated batch (latency_batch_size). The keys
+# are those at the evaluated batch with BATCH1_SUFFIX; an evaluation from before has none of them.
+BATCH1 = 1
+BATCH1_SUFFIX = "_batch1"
+LATENCY_P50_FP32_BATCH1 = f"{LATENCY_P50_FP32}{BATCH1_SUFFIX}"
+LATENCY_P50_INT8_BATCH1 = f"{LATENCY_P50_INT8}{BATCH1_SUFFIX}"
+SPEEDUP_BATCH1 = f"{SPEEDUP}{BATCH1_SUFFIX}"
+
 # Issue 17: what the task is, and what its accuracy keys measure. Text recognition stores line accuracy under
 # the *_top1_pct keys (the gate, the search and the release regression read one accuracy) and adds the CER.
 TASK = "task"  # "classification" | "text_recognition"
@@ -69,6 +78,12 @@ def headline_keys(evaluation: Mapping) -> tuple[str, ...]:
     return HEADLINE_METRICS
 
 
+def latency_key(stat: str, model: str, batch1: bool = False) -> str:
+    """The metric key of a latency statistic (p10, p50, p90, runs) of a model ("fp32", "int8", ...): at the evaluated
+    batch, or at batch 1."""
+    return f"latency_ms_{stat}_{model}{BATCH1_SUFFIX if batch1 else ''}"
+
+
 def primary_runtime(runtimes: Iterable[str]) -> str:
     """onnxruntime when listed, else the first listed runtime: the one the top-level metrics belong to."""
     listed = tuple(runtimes)
@@ -83,7 +98,7 @@ def runtime_predictions_file(runtime: str, primary: str) -> str:
 OUTPUTS = StageOutputs(
     stage="evaluate",
     description="FP32 vs INT8 on the test split in each listed runtime: top-1 (line accuracy and CER for text), "
-    "agreement, per-class, latency, sizes, INT8 kernels",
+    "agreement, per-class, latency (at the evaluated batch and at batch 1), sizes, INT8 kernels",
     # labels, fp32_pred, int8_pred: int64 classes, or unicode strings for text; sample_ids (stages/data/sample_ids.py)
     files=(PREDICTIONS_FILE,),
     # onnxruntime, when listed, is always the primary runtime: it never has a file of its own name
@@ -91,6 +106,7 @@ OUTPUTS = StageOutputs(
                     QGEMM_INT8_FILE, CHARACTER_ERRORS_FILE),
     metrics=(*HEADLINE_METRICS, "test_samples", "max_abs_logit_diff", "per_class_top1_pct_fp32",
              "per_class_top1_pct_int8", "latency_batch_size", "latency_repeats", "ort_threads",
-             "size_ratio_int8_vs_fp32", "onnxruntime", RUNTIMES, PRIMARY_RUNTIME, CPU, TASK, ACCURACY_METRIC,
+             "size_ratio_int8_vs_fp32", LATENCY_P50_FP32_BATCH1, LATENCY_P50_INT8_BATCH1, SPEEDUP_BATCH1,
+             "onnxruntime", RUNTIMES, PRIMARY_RUNTIME, CPU, TASK, ACCURACY_METRIC,
              *TEXT_METRICS, "paddle2onnx_int8_cer_pct"),
 )

@@ -19,7 +19,9 @@ from quantgate.stages.evaluate.outputs import (
     PREDICTIONS_FILE_KEY,
     PRIMARY_RUNTIME,
     RUNTIMES,
+    SPEEDUP_BATCH1,
     TASK,
+    latency_key,
 )
 from quantgate.stages.tasks import Task
 
@@ -29,12 +31,13 @@ PADDLE2ONNX_INT8 = "paddle2onnx_int8"  # paddle2onnx's own INT8 model in onnxrun
 @dataclass(frozen=True)
 class Measured:
     """What one runtime measured: logits and the task's predictions by model name ("fp32", "int8", ...),
-    latency stats by model name."""
+    latency stats by model name at the evaluated batch and at batch 1."""
 
     forms: dict[str, ModelForm]
     logits: dict[str, np.ndarray]
     predicted: dict[str, np.ndarray]  # task.predict of each model's logits: class indices, or decoded strings
     latency: dict[str, dict[str, float]]
+    latency_batch1: dict[str, dict[str, float]]
     int8_ops: dict
     library: str
     predictions_file: str
@@ -42,8 +45,8 @@ class Measured:
 
 
 def runtime_numbers(measured: Measured, references: np.ndarray, task: Task) -> dict:
-    """The task's numbers (`task.compare`: accuracy, agreement, per-class or CER), logit difference, latency,
-    speedup and sizes of one runtime's FP32 and INT8 models."""
+    """The task's numbers (`task.compare`: accuracy, agreement, per-class or CER), logit difference, latency and
+    speedup (at the evaluated batch and at batch 1) and sizes of one runtime's FP32 and INT8 models."""
     fp32_logits, int8_logits = measured.logits["fp32"], measured.logits["int8"]
     int8_pred = measured.predicted["int8"]
     latency = measured.latency
@@ -52,8 +55,11 @@ def runtime_numbers(measured: Measured, references: np.ndarray, task: Task) -> d
         **task.compare(references, measured.predicted["fp32"], int8_pred),
         # None where the task keeps no outputs (a detector's maps): its boxes are compared instead
         "max_abs_logit_diff": float(np.abs(fp32_logits - int8_logits).max()) if fp32_logits.size else None,
-        **{f"latency_ms_{stat}_{name}": value for name, stats in latency.items() for stat, value in stats.items()},
+        **{latency_key(stat, name): value for name, stats in latency.items() for stat, value in stats.items()},
         "speedup_int8_vs_fp32": latency["fp32"]["p50"] / latency["int8"]["p50"],
+        **{latency_key(stat, name, batch1=True): value for name, stats in measured.latency_batch1.items()
+           for stat, value in stats.items()},
+        SPEEDUP_BATCH1: measured.latency_batch1["fp32"]["p50"] / measured.latency_batch1["int8"]["p50"],
         "model_bytes_fp32": fp32_bytes,
         "model_bytes_int8": int8_bytes,
         "size_ratio_int8_vs_fp32": int8_bytes / fp32_bytes,
@@ -89,7 +95,7 @@ def stage_metrics(measured: dict[str, Measured], primary: str, references: np.nd
         TASK: task.name,
         ACCURACY_METRIC: task.accuracy_name,
         **numbers[primary],
-        "latency_batch_size": int(latency_batch_size),
+        "latency_batch_size": int(latency_batch_size),  # the *_batch1 latencies are at batch 1
         "latency_repeats": config.latency_repeats,
         "ort_threads": config.threads,  # every runtime's thread count; the name predates the other runtimes
         "onnxruntime": ort.__version__,

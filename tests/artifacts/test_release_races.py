@@ -1,5 +1,12 @@
-"""Races on `release` and `latest` between real processes, held at file barriers inside the critical window."""
+"""Races on `release` and `latest` between real processes, held at file barriers inside the critical window.
 
+Every test runs against the local store (a folder, moves serialized by the alias lock) and the S3
+store (a real bucket, moves optimistic: a move whose audit number was taken fails with AliasMoved
+if its alias moved meanwhile). Each process gets its own S3 mirror, as a worker on its own machine
+would; the barrier files live in a folder of their own, never in the store.
+"""
+
+import os
 import subprocess
 import sys
 import time
@@ -7,7 +14,45 @@ from pathlib import Path
 
 import pytest
 
-from quantgate.artifacts import ArtifactStore
+from quantgate.artifacts import ArtifactStore, is_s3, open_store
+from quantgate.artifacts.s3.store import CACHE_ENV
+
+
+@pytest.fixture(params=["local", "s3"])
+def spec(request, tmp_path) -> str:
+    """What the user would pass as --store: a folder, or s3://BUCKET/store in a fresh bucket."""
+    return request.getfixturevalue("s3_url") if request.param == "s3" else str(tmp_path / "store")
+
+
+@pytest.fixture
+def worker_env(tmp_path):
+    """worker_env(name): the environment of a process on machine `name` (its own $QUANTGATE_S3_CACHE)."""
+    return lambda name: {**os.environ, CACHE_ENV: str(tmp_path / f"mirror-{name}")}
+
+
+@pytest.fixture
+def open_worker(spec, worker_env, monkeypatch):
+    """open_worker(name): the store `spec` names, opened as a process on machine `name` opens it (same mirror)."""
+
+    def open_as(name: str) -> ArtifactStore:
+        with monkeypatch.context() as patch:
+            patch.setenv(CACHE_ENV, worker_env(name)[CACHE_ENV])
+            return open_store(spec)
+
+    return open_as
+
+
+@pytest.fixture
+def store(open_worker) -> ArtifactStore:
+    return open_worker("test")
+
+
+@pytest.fixture
+def signals(tmp_path) -> Path:
+    """Where the processes and the test signal each other (read-/go- files): outside the store."""
+    folder = tmp_path / "signals"
+    folder.mkdir()
+    return folder
 
 
 def release_history(entries: list[dict]) -> list[str]:
@@ -82,14 +127,14 @@ def wait_for(path: Path, process: subprocess.Popen, seconds: float = 60.0) -> No
 _GATE_THEN_PUBLISH = """
 import sys, tempfile, time
 from pathlib import Path
-from quantgate.artifacts import ArtifactStore
+from quantgate.artifacts import open_store
 from quantgate.config import GatePolicy
 from quantgate.flows.duel import score_release_now
 from quantgate.flows.release import publish_record
 from quantgate.stages.gate import decide
 
-root, version, int8 = sys.argv[1], sys.argv[2], float(sys.argv[3])
-store = ArtifactStore(root)
+spec, signals, version, int8 = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+store = open_store(spec)
 ref = store.version("m", version)
 policy = GatePolicy(min_speedup=0.0, require_ci_within_drop=False, max_release_regression=5.0)
 metrics = {"fp32_top1_pct": int8, "int8_top1_pct": int8, "agreement": 1.0, "speedup_int8_vs_fp32": 2.0}
@@ -97,8 +142,8 @@ with tempfile.TemporaryDirectory() as scratch:  # the duel stage, against the re
     duel = score_release_now(store, store.stage_ref(ref, "data"), store.stage_ref(ref, "evaluate"),
                              store.alias("m", "release"), Path(scratch))
     decision = decide(policy, metrics, release=duel)
-Path(root, "read-" + version).touch()
-while not Path(root, "go-" + version).exists():
+Path(signals, "read-" + version).touch()
+while not Path(signals, "go-" + version).exists():
     time.sleep(0.02)
 record = {"status": "passed" if decision.passed else "failed", "gate": decision.metrics, "metrics": metrics}
 final = publish_record(store, ref, record, policy)
@@ -106,21 +151,22 @@ print(final["status"])
 """
 
 
-def test_two_runs_publishing_at_once_never_release_a_worse_run_nor_move_latest_back(store, commit_stage, digits_data):
+def test_two_runs_publishing_at_once_never_release_a_worse_run_nor_move_latest_back(store, commit_stage, digits_data,
+                                                                                    spec, signals, worker_env):
     version_with_evaluation(store, commit_stage, 85.0, data=digits_data)
     store.set_alias("m", "release", "v1")
     store.set_alias("m", "latest", "v1")
     version_with_evaluation(store, commit_stage, 80.0, status=None, data=digits_data)  # v2: 5 pts below v1, allowed
     version_with_evaluation(store, commit_stage, 90.0, status=None, data=digits_data)  # v3: better than both
-    runs = {version: subprocess.Popen([sys.executable, "-c", _GATE_THEN_PUBLISH, str(store.root), version, int8],
-                                      stdout=subprocess.PIPE, text=True)
+    runs = {version: subprocess.Popen([sys.executable, "-c", _GATE_THEN_PUBLISH, spec, str(signals), version, int8],
+                                      stdout=subprocess.PIPE, text=True, env=worker_env(version))
             for version, int8 in (("v2", "80"), ("v3", "90"))}
     for version, run in runs.items():  # both gated against v1 before either published
-        wait_for(store.root / f"read-{version}", run)
-    (store.root / "go-v3").touch()
-    assert runs["v3"].wait(timeout=60) == 0 and runs["v3"].stdout.read().strip() == "passed"
-    (store.root / "go-v2").touch()  # v2 publishes last, judged against v1 by its gate, but v3 is release now
-    assert runs["v2"].wait(timeout=60) == 0
+        wait_for(signals / f"read-{version}", run, seconds=180)  # importing paddle takes a while on a busy machine
+    (signals / "go-v3").touch()
+    assert runs["v3"].wait(timeout=120) == 0 and runs["v3"].stdout.read().strip() == "passed"
+    (signals / "go-v2").touch()  # v2 publishes last, judged against v1 by its gate, but v3 is release now
+    assert runs["v2"].wait(timeout=120) == 0
     print("v2 published as", runs["v2"].stdout.read().strip(), "; release:", store.alias("m", "release"),
           "; latest:", store.alias("m", "latest"))
 
@@ -154,55 +200,70 @@ def test_a_compare_and_set_move_refuses_when_the_alias_moved(store, commit_stage
 _HELD_ROLLBACK = """
 import sys, time
 from pathlib import Path
-from quantgate.artifacts import ArtifactStore
+from quantgate.artifacts.releases import AliasMoves
+from quantgate.artifacts.s3.moves import S3AliasMoves
 from quantgate.cli import main
 
-root = sys.argv[1]
+spec, signals = sys.argv[1], sys.argv[2]
 
 def held(move):
     def wrapper(*args, **kwargs):
-        Path(root, "rollback-decided").touch()
+        Path(signals, "rollback-decided").touch()
         deadline = time.time() + 3.0
-        while not Path(root, "promote-finished").exists() and time.time() < deadline:
+        while not Path(signals, "promote-finished").exists() and time.time() < deadline:
             time.sleep(0.02)
         return move(*args, **kwargs)
     return wrapper
 
-try:
-    from quantgate.artifacts.releases import AliasMoves
-    AliasMoves.move = held(AliasMoves.move)
-except ImportError:  # the store before moves were decided under the alias lock
-    ArtifactStore.set_alias = held(ArtifactStore.set_alias)
-sys.exit(main(["rollback", "--store", root, "--model", "m"]))
+AliasMoves.move = held(AliasMoves.move)
+S3AliasMoves.move = held(S3AliasMoves.move)
+sys.exit(main(["rollback", "--store", spec, "--model", "m"]))
 """
 
 
-def test_a_rollback_racing_a_promotion_leaves_release_at_the_top_of_its_history(store, commit_stage):
+def unbroken(entries: list[dict], alias: str) -> bool:
+    """Whether each move of `alias` starts exactly where the move before it left the alias."""
+    moves = [entry for entry in entries if entry["alias"] == alias]
+    return [entry["from"] for entry in moves] == [None] + [entry["to"] for entry in moves[:-1]]
+
+
+def test_a_rollback_racing_a_promotion_leaves_release_at_the_top_of_its_history(store, commit_stage, spec, signals,
+                                                                                worker_env):
     for int8 in (85.0, 86.0, 87.0):
         version_with_evaluation(store, commit_stage, int8)
     store.set_alias("m", "release", "v1")
     store.set_alias("m", "release", "v2")
-    rollback = subprocess.Popen([sys.executable, "-c", _HELD_ROLLBACK, str(store.root)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(store.root / "rollback-decided", rollback)  # it read v1 <- v2 and chose v1
-    promote = subprocess.run([sys.executable, "-m", "quantgate.cli", "promote", "v3", "--store", str(store.root),
-                              "--model", "m"], capture_output=True, text=True, timeout=60)
-    (store.root / "promote-finished").touch()
-    assert rollback.wait(timeout=60) == 0, rollback.stderr.read()
+    rollback = subprocess.Popen([sys.executable, "-c", _HELD_ROLLBACK, spec, str(signals)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=worker_env("rollback"))
+    wait_for(signals / "rollback-decided", rollback, seconds=180)  # it read v1 <- v2 and chose v1
+    promote = subprocess.run([sys.executable, "-m", "quantgate.cli", "promote", "v3", "--store", spec,
+                              "--model", "m"], capture_output=True, text=True, timeout=180, env=worker_env("promote"))
+    (signals / "promote-finished").touch()
+    _, rollback_err = rollback.communicate(timeout=120)
     assert promote.returncode == 0, promote.stderr
-    history = release_history(store.audit_log("m"))
-    print("release:", store.alias("m", "release"), "; history the audit log implies:", history)
-    assert store.alias("m", "release") == history[-1]
-    # The rollback went first (v2 -> v1), then the promotion (v1 -> v3): the promotion was not undone.
-    assert store.alias("m", "release") == "v3"
-    assert [(e["from"], e["to"], e["action"]) for e in store.audit_log("m")][-2:] == [
-        ("v2", "v1", "rollback"), ("v1", "v3", "promote")]
+    log = store.audit_log("m")
+    history = release_history(log)
+    print("release:", store.alias("m", "release"), "; history the audit log implies:", history,
+          "; rollback said:", rollback_err.strip())
+    # The promotion is never undone, and every move's "from" is where the move before it left `release`.
+    assert store.alias("m", "release") == history[-1] == "v3"
+    assert unbroken(log, "release")
+    moves = [(e["from"], e["to"], e["action"]) for e in log]
+    if is_s3(spec):
+        # No lock to wait for: the promotion committed while the rollback was deciding, so the rollback,
+        # decided on v2, is refused and moves nothing (rolling back now would undo a move it never saw).
+        assert rollback.returncode != 0 and "moved to v3" in rollback_err and "nothing moved" in rollback_err
+        assert moves[-1] == ("v2", "v3", "promote") and len(moves) == 3
+    else:
+        # The promotion waited for the rollback's lock: the rollback went first (v2 -> v1), then v1 -> v3.
+        assert rollback.returncode == 0, rollback_err
+        assert moves[-2:] == [("v2", "v1", "rollback"), ("v1", "v3", "promote")]
 
 
-def test_deciding_under_the_alias_lock_sees_every_committed_move(store, commit_stage):
+def test_deciding_under_the_alias_lock_sees_every_committed_move(store, commit_stage, open_worker):
     version_with_evaluation(store, commit_stage, 85.0)
     version_with_evaluation(store, commit_stage, 86.0)
-    other = ArtifactStore(store.root)
+    other = open_worker("other")
     with store.alias_moves("m") as moves:
         assert moves.current("release") is None and moves.history() == []
         moves.move("release", "v1", reason="first")

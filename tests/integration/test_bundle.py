@@ -16,6 +16,9 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "stages"))
 from folder_images import write_image_folder
 
 from quantgate.artifacts import ArtifactStore
+from quantgate.bundle import engines, open_bundle
+from quantgate.bundle.latencies import latency_record, rank_runtimes, recorded_latencies
+from quantgate.bundle.manifest import sealed_json, sha256_file
 from quantgate.cli import main
 from quantgate.stages.data.reading import open_data
 from quantgate.stages.evaluate.outputs import PREDICTIONS_FILE, runtime_predictions_file
@@ -26,6 +29,7 @@ MODEL = "shapes"
 RUNTIMES = ["onnxruntime", "paddle_inference"]
 # A policy that cannot pass: no INT8 model of this tiny network is 1000x faster than its FP32 model.
 FAILING = ["--set", "gate.min_speedup=1000"]
+ORT = ("--runtime", "onnxruntime")  # the runtime whose stored predictions a test compares with
 
 
 @dataclass(frozen=True)
@@ -116,18 +120,18 @@ def test_a_bundle_holds_each_gated_runtime_model_the_records_and_a_sealed_manife
 
 
 def test_predict_on_the_test_images_gives_the_predictions_the_gate_stored(runs, bundle_dir, capsys):
-    assert quantgate("predict", str(bundle_dir), *runs.test_files, "--json", "--top-k", "2") == 0
+    assert quantgate("predict", str(bundle_dir), *runs.test_files, "--json", "--top-k", "2", *ORT) == 0
     printed = json.loads(capsys.readouterr().out)
     assert [p["image"] for p in printed["predictions"]] == runs.test_files
     assert [p["top"][0]["index"] for p in printed["predictions"]] == runs.int8_pred.tolist()
     assert all(len(p["top"]) == 2 and p["top"][0]["probability"] >= p["top"][1]["probability"]
                for p in printed["predictions"])
 
-    assert quantgate("predict", str(bundle_dir), *runs.test_files, "--precision", "fp32", "--json") == 0
+    assert quantgate("predict", str(bundle_dir), *runs.test_files, "--precision", "fp32", "--json", *ORT) == 0
     printed = json.loads(capsys.readouterr().out)
     assert [p["top"][0]["index"] for p in printed["predictions"]] == runs.fp32_pred.tolist()
 
-    assert quantgate("predict", str(bundle_dir), *runs.test_files) == 0
+    assert quantgate("predict", str(bundle_dir), *runs.test_files, *ORT) == 0
     lines = capsys.readouterr().out.splitlines()
     listed = len(json.loads((bundle_dir / "bundle.json").read_text())["files"])
     assert lines[0] == f"bundle shapes/v1: {listed} files verified; onnxruntime INT8 model"
@@ -205,3 +209,184 @@ def test_predict_with_paddle_inference_gives_the_predictions_the_gate_stored_for
     printed = json.loads(capsys.readouterr().out)
     assert printed["runtime"] == "paddle_inference"
     assert [p["top"][0]["index"] for p in printed["predictions"]] == int8_pred.tolist()
+
+
+# -- the runtime predict picks: the fastest one that passed the gate and is installed here ----------------------
+
+def evaluation_of_v1(runs: BundleStore) -> dict:
+    """v1's evaluate stage manifest: its config and metrics."""
+    return runs.store.read_manifest(runs.store.finalized_stage_ref(runs.store.version(MODEL, "v1"), "evaluate"))
+
+
+def stored_int8(runs: BundleStore, runtime: str) -> list[int]:
+    """The INT8 predictions v1's evaluation stored for `runtime`."""
+    evaluated = runs.store.finalized_stage_ref(runs.store.version(MODEL, "v1"), "evaluate")
+    primary = runs.store.read_manifest(evaluated)["metrics"]["primary_runtime"]
+    with np.load(runs.store.verify_stage(evaluated) / runtime_predictions_file(runtime, primary)) as stored:
+        return stored["int8_pred"].tolist()
+
+
+def edited(bundle_dir: Path, folder: Path, change) -> Path:
+    """A copy of the bundle whose manifest `change` edited, sealed again: as quantgate would have written it."""
+    copy = Path(shutil.copytree(bundle_dir, folder))
+    manifest = json.loads((copy / "bundle.json").read_text())
+    change(manifest)
+    (copy / "bundle.json").write_bytes(sealed_json(manifest))
+    return copy
+
+
+def set_latency(manifest: dict, batch_size: int, ms: dict[str, float], precision: str = "int8") -> dict:
+    """The manifest with `precision`'s recorded p50 at `batch_size` set per runtime to `ms`."""
+    for runtime, points in manifest["latencies"]["runtimes"].items():
+        for point in points:
+            if point["batch_size"] == batch_size and runtime in ms:
+                point[f"latency_ms_p50_{precision}"] = ms[runtime]
+    return manifest
+
+
+def machine(manifest: dict) -> str:
+    measured_on = manifest["latencies"]["measured_on"]
+    cpu = measured_on["cpu"]
+    return f"{cpu['model']} [{' '.join(cpu['flags'])}] with {measured_on['threads']} threads"
+
+
+def test_a_bundle_records_each_runtimes_latencies_at_batch_1_and_the_evaluated_batch_and_the_machine(runs, bundle_dir):
+    manifest = json.loads((bundle_dir / "bundle.json").read_text())
+    evaluation = evaluation_of_v1(runs)
+    metrics, size = evaluation["metrics"], evaluation["metrics"]["latency_batch_size"]
+    assert manifest["format_version"] == 4 and size > 1
+    assert manifest["latencies"] == {
+        "measured_on": {"cpu": metrics["cpu"], "threads": evaluation["config"]["threads"]}, "per": "call",
+        "runtimes": {runtime: [
+            {"batch_size": 1, "latency_ms_p50_fp32": entry["latency_ms_p50_fp32_batch1"],
+             "latency_ms_p50_int8": entry["latency_ms_p50_int8_batch1"]},
+            {"batch_size": size, "latency_ms_p50_fp32": entry["latency_ms_p50_fp32"],
+             "latency_ms_p50_int8": entry["latency_ms_p50_int8"]}] for runtime, entry in metrics["runtimes"].items()}}
+    assert sorted(manifest["latencies"]["runtimes"]) == RUNTIMES
+    # each runtime's verdict is the gate record's, beside the version's
+    assert {runtime: verdict["passed"] for runtime, verdict in manifest["gate"]["runtimes"].items()} == \
+        {runtime: True for runtime in RUNTIMES}
+    assert f"at batch {size} and at batch 1" in (bundle_dir / "model_card.md").read_text()
+
+
+def test_predict_without_runtime_runs_the_passing_runtime_fastest_at_batch_1_and_says_why(runs, bundle_dir, capsys):
+    manifest = json.loads((bundle_dir / "bundle.json").read_text())
+    int8_batch1 = {runtime: points[0]["latency_ms_p50_int8"] for runtime, points in
+                   manifest["latencies"]["runtimes"].items()}
+    fastest = min(int8_batch1, key=int8_batch1.get)  # as the run measured them: both are installed here
+    assert quantgate("predict", str(bundle_dir), *runs.test_files) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"bundle shapes/v1: {len(manifest['files'])} files verified; {fastest} INT8 model"
+    assert lines[1].startswith(f"runtime {fastest}: the fastest INT8 at batch 1 of the runtimes that passed the gate "
+                               f"({fastest} ")
+    assert lines[1].endswith(f"; median per call, measured by the run on {machine(manifest)})")
+    assert [line.split(": ", 1)[1].split()[0] for line in lines[2:]] == \
+        [runs.classes[k] for k in stored_int8(runs, fastest)]
+
+
+def test_the_ranking_follows_the_recorded_latencies_and_the_gates_verdicts(bundle_dir):
+    manifest = json.loads((bundle_dir / "bundle.json").read_text())
+    size = manifest["latencies"]["runtimes"]["onnxruntime"][1]["batch_size"]
+
+    faster_paddle = set_latency(manifest, 1, {"onnxruntime": 4.6, "paddle_inference": 2.3})["latencies"]
+    ranked = rank_runtimes(manifest, faster_paddle)
+    assert (ranked.order, ranked.batch_size, ranked.latency_ms) == \
+        (("paddle_inference", "onnxruntime"), 1, {"paddle_inference": 2.3, "onnxruntime": 4.6})
+    ranked = rank_runtimes(manifest, set_latency(manifest, 1, {"onnxruntime": 1.0})["latencies"])
+    assert ranked.order == ("onnxruntime", "paddle_inference")
+    # --precision fp32 runs the FP32 models: ranked by their latency
+    fp32 = set_latency(manifest, 1, {"onnxruntime": 9.0, "paddle_inference": 3.0}, "fp32")["latencies"]
+    assert rank_runtimes(manifest, fp32, "fp32").order == ("paddle_inference", "onnxruntime")
+
+    # A version evaluated before batch 1 was timed: ranked at its evaluated batch.
+    before = {"onnxruntime": {"latency_ms_p50_fp32": 3.0, "latency_ms_p50_int8": 2.0},
+              "paddle_inference": {"latency_ms_p50_fp32": 3.0, "latency_ms_p50_int8": 1.5}}
+    record = latency_record(before, None, 2, size)
+    assert record["runtimes"]["onnxruntime"] == [{"batch_size": size, "latency_ms_p50_fp32": 3.0,
+                                                  "latency_ms_p50_int8": 2.0}]
+    ranked = rank_runtimes(manifest, record)
+    assert (ranked.order, ranked.batch_size) == (("paddle_inference", "onnxruntime"), size)
+
+    # A runtime the gate did not pass is left out, whatever its latency.
+    failing = json.loads(json.dumps(manifest))
+    failing["gate"]["runtimes"]["paddle_inference"] = {"passed": False, "failed": ["speedup"]}
+    ranked = rank_runtimes(failing, set_latency(failing, 1, {"paddle_inference": 0.1})["latencies"])
+    assert (ranked.order, ranked.failed) == (("onnxruntime",), {"paddle_inference": ("speedup",)})
+    # No latencies to rank by: the default runtime first. No verdict per runtime: the default runtime alone.
+    assert rank_runtimes(manifest, latency_record({}, None, 2, None)).order == ("onnxruntime", "paddle_inference")
+    del failing["gate"]
+    assert rank_runtimes(failing, manifest["latencies"]).order == ("onnxruntime",)
+
+
+def test_predict_falls_back_down_the_ranking_when_a_runtime_is_not_installed_here(runs, bundle_dir, tmp_path,
+                                                                                  capsys, monkeypatch):
+    faster_paddle = edited(bundle_dir, tmp_path / "bundle",
+                           lambda manifest: set_latency(manifest, 1, {"onnxruntime": 4.6, "paddle_inference": 2.3}))
+    manifest = json.loads((faster_paddle / "bundle.json").read_text())
+    # predict asks engines.runtime_installed (importlib.util.find_spec of the runtime's package) before it loads one
+    monkeypatch.setattr(engines, "runtime_installed", lambda runtime: runtime != "paddle_inference")
+    assert quantgate("predict", str(faster_paddle), *runs.test_files) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("; onnxruntime INT8 model")
+    assert lines[1] == ("runtime onnxruntime: the fastest INT8 at batch 1 of the runtimes that passed the gate is "
+                        "paddle_inference (paddle_inference 2.3 ms, onnxruntime 4.6 ms; median per call, measured by "
+                        f"the run on {machine(manifest)}); paddle_inference is not installed here, so onnxruntime")
+    assert [line.split(": ", 1)[1].split()[0] for line in lines[2:]] == \
+        [runs.classes[k] for k in stored_int8(runs, "onnxruntime")]
+    # Named with --runtime, a runtime that is not installed is refused through the same check.
+    assert quantgate("predict", str(faster_paddle), runs.test_files[0], "--runtime", "paddle_inference") == 2
+    assert "runtime paddle_inference needs the Python package paddle, which is not installed here" in \
+        capsys.readouterr().err
+
+    monkeypatch.setattr(engines, "runtime_installed", lambda runtime: False)
+    assert quantgate("predict", str(faster_paddle), runs.test_files[0]) == 2
+    err = capsys.readouterr().err
+    assert "none of the runtimes of bundle" in err and "that passed the gate is installed here" in err
+    assert "paddle_inference needs the Python package paddle" in err and "onnxruntime needs the Python package" in err
+
+
+def test_predict_refuses_a_runtime_the_gate_did_not_pass_and_leaves_it_out_of_its_choice(runs, bundle_dir, tmp_path,
+                                                                                        capsys):
+    def fail_paddle(manifest):
+        manifest["gate"]["runtimes"]["paddle_inference"] = {"passed": False, "failed": ["speedup"]}
+        set_latency(manifest, 1, {"paddle_inference": 0.001})
+
+    failed = edited(bundle_dir, tmp_path / "bundle", fail_paddle)
+    assert quantgate("predict", str(failed), runs.test_files[0], "--runtime", "paddle_inference") == 2
+    assert ("bundle shapes/v1's gate did not pass runtime paddle_inference (failed speedup); choose one it passed "
+            "with --runtime (onnxruntime), or leave --runtime out") in capsys.readouterr().err
+    assert quantgate("predict", str(failed), runs.test_files[0], "--json") == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["runtime"] == "onnxruntime"
+    assert printed["runtime_choice"].startswith("runtime onnxruntime: the only runtime of the bundle that passed the "
+                                                "gate (INT8 at batch 1: onnxruntime ")
+    assert printed["runtime_choice"].endswith("; left out: paddle_inference (did not pass the gate: speedup)")
+
+
+def test_a_bundle_of_an_older_format_still_predicts_ranked_by_its_model_cards_latencies(runs, bundle_dir, tmp_path,
+                                                                                       capsys):
+    # As a bundle written before format 4: no "latencies", and a card whose evaluation has no batch-1 numbers.
+    old = Path(shutil.copytree(bundle_dir, tmp_path / "old"))
+    card = json.loads((old / "model_card.json").read_text())
+    for entry in card["evaluation"]["runtimes"].values():
+        for key in [key for key in entry if key.endswith("_batch1")]:
+            del entry[key]
+    (old / "model_card.json").write_text(json.dumps(card, sort_keys=True, indent=2) + "\n")
+    manifest = json.loads((old / "bundle.json").read_text())
+    del manifest["latencies"]
+    manifest["format_version"] = 1
+    manifest["files"]["model_card.json"] = dict(zip(("sha256", "bytes"), sha256_file(old / "model_card.json")))
+    (old / "bundle.json").write_bytes(sealed_json(manifest))
+
+    size = card["evaluation"]["latency_batch_size"]
+    int8 = {runtime: card["evaluation"]["runtimes"][runtime]["latency_ms_p50_int8"] for runtime in RUNTIMES}
+    fastest = min(int8, key=int8.get)
+    assert recorded_latencies(open_bundle(old))["runtimes"][fastest] == [
+        {"batch_size": size, "latency_ms_p50_fp32": card["evaluation"]["runtimes"][fastest]["latency_ms_p50_fp32"],
+         "latency_ms_p50_int8": int8[fastest]}]
+    assert quantgate("predict", str(old), *runs.test_files, "--json") == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["runtime"] == fastest
+    assert printed["runtime_choice"].startswith(f"runtime {fastest}: the fastest INT8 at batch {size} of the runtimes "
+                                                "that passed the gate")
+    assert [p["top"][0]["index"] for p in printed["predictions"]] == stored_int8(runs, fastest)

@@ -122,7 +122,13 @@ def test_a_system_bundle_holds_every_components_models_and_records_and_the_syste
                      "detector/preprocessing.json", "model_card.json", "model_card.md", "recognizer/characters.txt",
                      "recognizer/fp32.onnx", "recognizer/int8.onnx", "recognizer/preprocessing.json", "system.json"]
     manifest = json.loads((bundle_dir / "bundle.json").read_text())
-    assert (manifest["task"], manifest["format_version"], manifest["model"]) == ("ocr_system", 3, SYSTEM)
+    assert (manifest["task"], manifest["format_version"], manifest["model"]) == ("ocr_system", 4, SYSTEM)
+    # the all-FP32 and all-INT8 systems' time per page, as the system's evaluation measured it (every model at batch 1)
+    measured = system.metrics["runtimes"]["onnxruntime"]
+    assert manifest["latencies"] == {
+        "measured_on": {"cpu": system.metrics["cpu"], "threads": manifest["evaluated_with"]["threads"]}, "per": "page",
+        "runtimes": {"onnxruntime": [{"batch_size": 1, "latency_ms_p50_fp32": measured["latency_ms_p50_fp32"],
+                                      "latency_ms_p50_int8": measured["latency_ms_p50_int8"]}]}}
     assert (manifest["drop_score"], manifest["cls_thresh"], list(manifest["runtimes"])) == (0.5, 0.9, ["onnxruntime"])
     for role, model in COMPONENTS.items():
         entry = manifest["components"][role]
@@ -156,10 +162,13 @@ def test_predict_reads_each_test_page_as_the_systems_evaluation_stored_it(system
     assert main(["predict", str(bundle_dir), system.test_pages[0]]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"bundle {SYSTEM}/v1: 14 files verified; onnxruntime INT8 system"
+    assert lines[1].startswith("runtime onnxruntime: the only runtime of the bundle that passed the gate (all-INT8 "
+                               "system at batch 1: onnxruntime ")
+    assert "ms; median per page, measured by the run on " in lines[1]
     first = system.reads["runtimes"]["onnxruntime"][system.metrics["runtimes"]["onnxruntime"]["int8_system"]][0]
-    assert [line.split(" score ", 1)[1].split(" ", 1)[1] for line in lines[1:]] == [line["text"] for line in first]
+    assert [line.split(" score ", 1)[1].split(" ", 1)[1] for line in lines[2:]] == [line["text"] for line in first]
     corners = json.dumps(first[0]["points"], separators=(",", ":"))
-    assert lines[1].startswith(f"{system.test_pages[0]}: line 1 {corners} score ")
+    assert lines[2].startswith(f"{system.test_pages[0]}: line 1 {corners} score ")
 
 
 def test_a_system_bundle_missing_a_components_dictionary_or_asked_for_a_runtime_it_lacks_is_refused(
@@ -213,7 +222,8 @@ def test_a_detector_bundle_holds_its_models_and_the_recorded_pre_and_post_proces
     assert files == ["bundle.json", "model_card.json", "model_card.md", "onnxruntime/fp32.onnx",
                      "onnxruntime/int8.onnx", "preprocessing.json"]  # no class list: boxes have no classes
     manifest = json.loads((detector_bundle / "bundle.json").read_text())
-    assert (manifest["task"], manifest["format_version"], manifest["model"]) == ("text_detection", 3, MODEL)
+    assert (manifest["task"], manifest["format_version"], manifest["model"]) == ("text_detection", 4, MODEL)
+    assert [point["batch_size"] for point in manifest["latencies"]["runtimes"]["onnxruntime"]] == [1, 2]
     assert manifest["input"]["shape"] == [3, 640, 640]
     assert manifest["evaluated_with"] == {"batch_size": 2, "threads": manifest["evaluated_with"]["threads"]}
     recorded = json.loads((detector_bundle / "preprocessing.json").read_text())
@@ -238,8 +248,10 @@ def test_predict_on_the_test_pages_finds_the_boxes_the_evaluate_stage_stored(det
     assert main(["predict", str(detector_bundle), detector.test_pages[0]]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"bundle {MODEL}/v1: 5 files verified; onnxruntime INT8 model"
+    assert lines[1].startswith("runtime onnxruntime: the only runtime of the bundle that passed the gate (INT8 at "
+                               "batch 1: onnxruntime ")
     expected = in_reading_order(detector.stored["int8"][0])
-    assert lines[1:] == [f"{detector.test_pages[0]}: box {number} "
+    assert lines[2:] == [f"{detector.test_pages[0]}: box {number} "
                          f"{json.dumps(box['points'], separators=(',', ':'))} score {box['score']:.4f}"
                          for number, box in enumerate(expected, start=1)]
 
@@ -288,9 +300,9 @@ def test_an_edited_post_processing_record_is_refused_and_a_newer_format_names_th
 
     newer = Path(shutil.copytree(detector_bundle, tmp_path / "newer"))
     manifest = json.loads((newer / "bundle.json").read_text())
-    (newer / "bundle.json").write_bytes(sealed_json({**manifest, "format_version": 4}))
+    (newer / "bundle.json").write_bytes(sealed_json({**manifest, "format_version": 5}))
     assert main(["predict", str(newer), detector.test_pages[0]]) == 2
-    assert "has format version 4; this quantgate reads version 3 and older" in capsys.readouterr().err
+    assert "has format version 5; this quantgate reads version 4 and older" in capsys.readouterr().err
 
 
 def test_a_system_whose_component_no_longer_passes_is_not_bundled(system, tmp_path, capsys):

@@ -2,7 +2,9 @@ import numpy as np
 import pytest
 
 from quantgate.stages.data import open_data
-from quantgate.stages.evaluate.latency import measure
+from quantgate.stages.evaluate.forms import ModelForm
+from quantgate.stages.evaluate.latency import measure, measure_batch_sizes, measure_forms
+from quantgate.stages.evaluate.outputs import OUTPUTS
 from quantgate.stages.shared.errors import StageError
 
 
@@ -51,3 +53,28 @@ def test_by_default_only_onnxruntime_is_evaluated_and_its_entry_repeats_the_top_
         assert entry[key] == metrics[key]
     assert entry["predictions_file"] == stage_dirs.results["evaluate"].predictions_file == "predictions.npz"
     assert sorted(path.name for path in stage_dirs.evaluate.iterdir()) == ["predictions.npz"]
+
+
+def test_latency_is_also_measured_at_batch_1_with_the_same_repeats(stage_dirs):
+    metrics = stage_dirs.results["evaluate"].metrics
+    entry = metrics["runtimes"]["onnxruntime"]
+    for model in ("fp32", "int8", "paddle2onnx_int8"):
+        p10, p50, p90 = (metrics[f"latency_ms_{stat}_{model}_batch1"] for stat in ("p10", "p50", "p90"))
+        assert 0 < p10 <= p50 <= p90
+        assert metrics[f"latency_ms_runs_{model}_batch1"] == metrics[f"latency_ms_runs_{model}"]  # the same policy
+        assert entry[f"latency_ms_p50_{model}_batch1"] == p50
+    assert metrics["speedup_int8_vs_fp32_batch1"] == \
+        metrics["latency_ms_p50_fp32_batch1"] / metrics["latency_ms_p50_int8_batch1"]
+    assert metrics["latency_batch_size"] == 64  # the other numbers' batch
+    assert {"latency_ms_p50_fp32_batch1", "latency_ms_p50_int8_batch1", "speedup_int8_vs_fp32_batch1"} <= \
+        set(OUTPUTS.metrics)
+
+
+def test_one_latency_process_times_each_batch_size_in_turn_and_batch_1_once(stage_dirs):
+    batch = open_data(stage_dirs.data).array("test", limit=4)[0]
+    timed = measure_batch_sizes({"fp32": stage_dirs.convert / "fp32.onnx"}, batch, (4, 1), threads=1, repeats=4)
+    assert sorted(timed) == [1, 4] and all(stats["fp32"]["runs"] == 4 for stats in timed.values())
+    # A batch of one image: its latency at "the evaluated batch" and at batch 1 are the same measurement.
+    forms = {"fp32": ModelForm(stage_dirs.convert / "fp32.onnx", False, "fp32.onnx", "convert")}
+    at_batch, at_batch1 = measure_forms("onnxruntime", forms, batch[:1], threads=1, repeats=2)
+    assert at_batch is at_batch1 and at_batch["fp32"]["runs"] == 2

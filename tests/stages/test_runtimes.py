@@ -51,6 +51,16 @@ def test_each_runtime_measures_fp32_and_int8_accuracy_latency_and_size(every_run
     assert entry["library"].startswith(runtime.split("_")[0])
 
 
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_each_runtime_also_times_fp32_and_int8_at_batch_1_the_same_way(every_runtime, runtime):
+    entry = every_runtime[1]["runtimes"][runtime]
+    for model in ("fp32", "int8"):
+        stats = [entry[f"latency_ms_{stat}_{model}_batch1"] for stat in ("p10", "p50", "p90")]
+        assert 0 < stats[0] <= stats[1] <= stats[2]
+        assert entry[f"latency_ms_runs_{model}_batch1"] == entry[f"latency_ms_runs_{model}"]
+    assert entry["speedup_int8_vs_fp32_batch1"] == entry["latency_ms_p50_fp32_batch1"] / entry["latency_ms_p50_int8_batch1"]
+
+
 def test_each_listed_runtime_has_its_own_predictions_file(every_runtime):
     out_dir, metrics = every_runtime
     files = {runtime: entry["predictions_file"] for runtime, entry in metrics["runtimes"].items()}

@@ -279,7 +279,8 @@ def test_predict_prints_the_decoded_line_of_each_image_of_a_text_bundle(recogniz
     assert main(["predict", str(tmp_path / "bundle"), *map(str, images), "--precision", "fp32"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("bundle lines/v1: 4 files verified; onnxruntime FP32 model")
-    assert lines[1:] == [f"{image}: {line}" for image, line in zip(images, ("1234", "90", "7"))]
+    assert lines[1] == "runtime onnxruntime: the bundle's default runtime (its gate record names no runtime to rank)"
+    assert lines[2:] == [f"{image}: {line}" for image, line in zip(images, ("1234", "90", "7"))]
     assert main(["predict", str(tmp_path / "bundle"), *map(str, images), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert [p["text"] for p in printed["predictions"]] == ["124", "90", "7"]  # the INT8 model misreads 3 as 4
