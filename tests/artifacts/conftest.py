@@ -1,8 +1,12 @@
-"""Fixtures shared by the artifact store tests: a fresh store and a helper that commits a stage."""
+"""Fixtures shared by the artifact store tests: a fresh store, a helper that commits a stage, and both kinds of
+store (`spec`: a folder, or a bucket on the real S3 server) opened as separate machines would open them."""
+
+import os
 
 import pytest
 
-from quantgate.artifacts import ArtifactStore, StageRef, VersionRef
+from quantgate.artifacts import ArtifactStore, StageRef, VersionRef, open_store
+from quantgate.artifacts.s3.store import CACHE_ENV
 
 
 @pytest.fixture
@@ -25,3 +29,27 @@ def commit_stage(store):
         return writer.ref
 
     return commit
+
+
+@pytest.fixture(params=["local", "s3"])
+def spec(request, tmp_path) -> str:
+    """What the user would pass as --store: a folder, or s3://BUCKET/store in a fresh bucket."""
+    return request.getfixturevalue("s3_url") if request.param == "s3" else str(tmp_path / "store")
+
+
+@pytest.fixture
+def worker_env(tmp_path):
+    """worker_env(name): the environment of a process on machine `name` (its own $QUANTGATE_S3_CACHE)."""
+    return lambda name: {**os.environ, CACHE_ENV: str(tmp_path / f"mirror-{name}")}
+
+
+@pytest.fixture
+def open_worker(spec, worker_env, monkeypatch):
+    """open_worker(name): the store `spec` names, opened as a process on machine `name` opens it (same mirror)."""
+
+    def open_as(name: str) -> ArtifactStore:
+        with monkeypatch.context() as patch:
+            patch.setenv(CACHE_ENV, worker_env(name)[CACHE_ENV])
+            return open_store(spec)
+
+    return open_as
