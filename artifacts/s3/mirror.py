@@ -17,6 +17,7 @@ write local folders. Two rules keep it honest:
 
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 import shutil
 import uuid
 from pathlib import Path
@@ -33,6 +34,8 @@ log = logging.getLogger("quantgate.store")
 # live progress line (quantgate.terminal shows records that carry `progress`).
 _ANNOUNCE_BYTES = 64 * 1024 * 1024
 _LIVE = {"progress": "store"}
+# Files of one folder moved at once: small objects are latency-bound, and a stage or checkpoint has several.
+TRANSFERS = 8
 
 
 class Mirror:
@@ -69,9 +72,9 @@ class Mirror:
         if total >= _ANNOUNCE_BYTES:
             log.info("uploading %s: %d files, %.0f MB to %s", label, len(uploads), total / 2**20,
                      self.objects.full(prefix), extra=_LIVE)
-        for relpath in uploads:
-            self.objects.upload_file(folder / relpath, f"{prefix}/{relpath}", progress=_Progress(label, relpath,
-                                                                                               folder / relpath))
+        _in_parallel(lambda relpath: self.objects.upload_file(folder / relpath, f"{prefix}/{relpath}",
+                                                             progress=_Progress(label, relpath, folder / relpath)),
+                     uploads)
         if not self.objects.put_new(f"{prefix}/{seal}", read_regular(folder / seal)):
             raise ArtifactExists(f"{label} is already committed in {self.objects.full(prefix)} by another writer; "
                                  "committed stages are immutable, so write this run into a new version")
@@ -126,8 +129,8 @@ class Mirror:
         staging = folder.parent / f".staging-fetch-{folder.name}-{uuid.uuid4().hex[:12]}"
         held = locks.create_dir(staging)  # under its lock: a concurrent fsck --repair leaves it alone
         try:
-            for relpath, item in sorted(objects.items()):
-                self.objects.download_file(item.key, staging.joinpath(*relpath.split("/")))
+            _in_parallel(lambda pair: self.objects.download_file(pair[1].key, staging.joinpath(*pair[0].split("/"))),
+                         sorted(objects.items()))
             try:
                 os.rename(staging, folder)
             except OSError:
@@ -159,6 +162,18 @@ class Mirror:
         """Remove the mirror's copy of the folder `prefix` and what the book says of it."""
         shutil.rmtree(self.local(prefix), ignore_errors=True)
         self.book.forget(prefix + "/")
+
+
+def _in_parallel(transfer, items: list) -> None:
+    """`transfer(item)` for every item, TRANSFERS at a time (boto3's client is thread-safe); the first error raises
+    once every transfer started has ended, so nothing is still writing when the caller cleans up."""
+    if len(items) <= 1:
+        for item in items:
+            transfer(item)
+        return
+    with ThreadPoolExecutor(min(TRANSFERS, len(items)), thread_name_prefix="s3-transfer") as pool:
+        for future in [pool.submit(transfer, item) for item in items]:
+            future.result()
 
 
 class _Progress:

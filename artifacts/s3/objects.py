@@ -12,6 +12,7 @@ into the artifact store's error family: a message that names the object, the ser
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import uuid
@@ -54,6 +55,20 @@ _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _URL_FIX = "write the store as s3://BUCKET/PREFIX"
 
 T = TypeVar("T")
+
+# The settings a client is made from: a process opens the store once per task, and making a boto3 client
+# (loading its service model) costs ~0.1 s, so one client serves every store opened with the same settings.
+_SETTINGS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+             "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION",
+             "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE")
+# (settings, bucket) pairs whose bucket this process has already found (HeadBucket) with those settings.
+_CHECKED: set[tuple[tuple, str]] = set()
+
+
+@functools.lru_cache(maxsize=8)
+def _client(settings: tuple):
+    """One thread-safe boto3 S3 client per distinct `settings` (the values of _SETTINGS) in this process."""
+    return boto3.Session().client("s3", config=_CLIENT_CONFIG)
 
 
 class S3BadUrl(ArtifactError, BadInput):
@@ -122,14 +137,16 @@ class ObjectStore:
         self.url = url
         self.bucket, self.prefix = parse_url(url)
         self._root = f"{self.prefix}/" if self.prefix else ""
+        settings = tuple(os.environ.get(name) for name in _SETTINGS)
         try:
-            self.client = boto3.Session().client("s3", config=_CLIENT_CONFIG)
+            self.client = _client(settings)
         except ProfileNotFound as exc:
             raise S3AccessDenied(f"cannot open {url}: {exc}; set AWS_PROFILE to a profile of ~/.aws/config, "
                                  "or unset it and set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY") from exc
         self.endpoint: str = self.client.meta.endpoint_url
-        if check:
+        if check and (settings, self.bucket) not in _CHECKED:
             self._check_bucket()
+            _CHECKED.add((settings, self.bucket))
 
     def full(self, key: str) -> str:
         """"s3://bucket/prefix/key", for messages."""
