@@ -15,6 +15,7 @@ The mirror's own locks still order this worker's processes, but nothing across w
 The run log is uploaded whole after every committed stage and when the run lets go of its version.
 """
 
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -80,11 +81,14 @@ class S3Store(ArtifactStore):
 
     def listing(self, model: str) -> ModelListing:
         """One LIST of the model's keys; the mirror gets a folder for every version, version.json and decisions."""
-        check_model(model)
-        listing = ModelListing(model, {item.key: item for item in self.objects.list(f"{model}/")})
+        listing = self._list(check_model(model), model)
         for version in listing.versions():
             self._follow_version(listing, version)
         return listing
+
+    def _list(self, model: str, prefix: str) -> ModelListing:
+        """The keys under the folder `prefix` of `model` (the model itself, or one of its versions), in one LIST."""
+        return ModelListing(model, {item.key: item for item in self.objects.list(f"{prefix}/")})
 
     def _follow_version(self, listing: ModelListing, version: str) -> None:
         """The mirror's folder of `version` as the bucket holds it: its version.json and decisions, and none of
@@ -125,11 +129,9 @@ class S3Store(ArtifactStore):
         finally:
             locks.release(held)
 
-    def _stage_folder(self, model: str, version: str, stage: str, listing: ModelListing | None = None) -> Path:
+    def _stage_folder(self, model: str, version: str, stage: str) -> Path:
         prefix = f"{version_key(model, version)}/{check_stage(stage)}"
-        listed = listing.under(prefix) if listing else None
-        return self.mirror.hydrate_sealed(prefix, MANIFEST_NAME, f"stage {stage!r} of model {model!r} {version}",
-                                          listed)
+        return self.mirror.hydrate_sealed(prefix, MANIFEST_NAME, f"stage {stage!r} of model {model!r} {version}")
 
     def _hydrate_ref(self, ref: StageRef) -> None:
         self._stage_folder(ref.model, ref.version, ref.stage)
@@ -151,8 +153,7 @@ class S3Store(ArtifactStore):
 
     def _hydrate_version(self, model: str, version: str) -> dict:
         """Mirror a finalized version whole (every stage its record pins, and their inputs); its record."""
-        self.listing(model)
-        record = super().version_record(super().version(model, version))
+        record = super().version_record(self.version(model, version))
         for stage, sha in sorted(record.get("stages", {}).items()):
             try:
                 self._hydrate_closure(StageRef(model, version, stage, "", sha))
@@ -187,7 +188,7 @@ class S3Store(ArtifactStore):
         check_model(model)
         check_version(version)
         base = version_key(model, version)
-        listing = ModelListing(model, {item.key: item for item in self.objects.list(f"{base}/")})
+        listing = self._list(model, base)
         if listing.objects or self.objects.head(claim_key(model, version)) is not None:
             self._follow_version(listing, version)
         else:
@@ -271,7 +272,11 @@ class S3Store(ArtifactStore):
                 continue
             key = f"{version_key(model, version)}/{stage}/{MANIFEST_NAME}"
             data = self.objects.get(key)
-            if data is None or f'"input_digest": "{input_digest}"' not in data.decode("utf-8", "replace"):
+            try:
+                recorded = json.loads(data).get("input_digest") if data is not None else None
+            except (ValueError, AttributeError):
+                continue  # not a manifest: fsck reports it, it is never reused
+            if recorded != input_digest:
                 continue
             ref = StageRef(model, version, stage, str(self.mirror.local(key).parent), sha256_bytes(data))
             try:
@@ -301,7 +306,7 @@ class S3Store(ArtifactStore):
         try:
             self._stage_folder(ref.model, ref.version, stage)
         except ArtifactNotFound as exc:
-            listing = ModelListing(ref.model, {i.key: i for i in self.objects.list(f"{version_key(ref.model, ref.version)}/")})
+            listing = self._list(ref.model, version_key(ref.model, ref.version))
             committed = ", ".join(listing.stages(ref.version)) or "none"
             raise ArtifactNotFound(f"model {ref.model!r} {ref.version} has no committed stage {stage!r} in {self.url} "
                                    f"(committed stages: {committed}); run that stage first") from exc
