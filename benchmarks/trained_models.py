@@ -314,6 +314,17 @@ def targets(result: dict) -> list[dict]:
     return checks
 
 
+def slower_than_own_fp32(rows: list[dict]) -> list[str]:
+    """A line for every quantgate INT8 form slower than its own runtime's FP32 at some batch size."""
+    median = {(r["batch"], r["variant"]): r["latency_ms_p50"] for r in rows}
+    lines = []
+    for r in rows:
+        if r["variant"] in QUANTGATE and r["latency_ms_p50"] > median[(r["batch"], FP32_OF[r["runtime"]])]:
+            lines.append(f"- **{r['variant']} is slower than {FP32_OF[r['runtime']]} at batch {r['batch']}** "
+                         f"({r['latency_ms_p50']:.2f} vs {median[(r['batch'], FP32_OF[r['runtime']])]:.2f} ms)")
+    return lines
+
+
 def markdown(result: dict) -> str:
     cpu = result["cpu"]
     lines = [f"# PaddleOCR trained models through quantgate: {result['command']}", "",
@@ -343,7 +354,7 @@ def markdown(result: dict) -> str:
                          f"{ratio} | {r['top1_pct']:.2f} | {cer} | {r['agreement_with_ort_fp32']:.4f} | "
                          f"{r['bytes'] / 1e6:.2f} |")
         lines += ["", *(f"- {k}: {v['int8']} of {v['total_conv_matmul']} convolutions/matmuls in INT8"
-                        for k, v in model["int8_kernels"].items()), ""]
+                        for k, v in model["int8_kernels"].items()), *slower_than_own_fp32(model["rows"]), ""]
     lines += ["| target | measured | met |", "|---|---:|---|"]
     for t in result["targets"]:
         met = "n/a" if t["met"] is None else ("met" if t["met"] else "**missed**")

@@ -21,6 +21,10 @@ both documented where they are made: ReLU/ReLU6 after a quantized op are folded 
 quantization (`folded_activations`), and linear layers whose Q/DQ paddle2onnx 1.3.1 drops get
 PaddleSlim's scales back from its program (`paddle_program_scales`). Layers PaddleSlim left in FP32
 stay FP32, whatever paddle2onnx wrote for them (`float_layers`).
+
+Two rewrites of the quantized graph then keep real backbones (PP-LCNetV3) in integers between their
+convolutions: scalar affines beside a quantization become a change of that grid (`affine_absorption`),
+and HardSwish between two quantizations runs as QLinearAdd + QLinearMul (`integer_hardswish`).
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ from onnx import numpy_helper
 from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.calibrate import TensorsData, save_tensors_data
 
+from quantgate.stages.convert.affine_absorption import absorb_scalar_affines
 from quantgate.stages.convert.errors import ConversionError
+from quantgate.stages.convert.integer_hardswish import integer_hardswish
 from quantgate.stages.convert.float_layers import read_float_inputs, shield_from_weight_quantization
 from quantgate.stages.convert.onnx_ops import drop_unused_initializers, integer_op_counts
 from quantgate.stages.convert.paddle_quantization import (
@@ -167,7 +173,8 @@ class LoweringResult:
 
 
 def lower_int8(
-    raw_int8_onnx: Path, out_onnx: Path, fold_activations: bool = True, paddle_model_prefix: Path | None = None
+    raw_int8_onnx: Path, out_onnx: Path, fold_activations: bool = True, paddle_model_prefix: Path | None = None,
+    absorb_affines: bool = True, hardswish_in_integers: bool = True,
 ) -> LoweringResult:
     """Re-encode paddle2onnx's INT8 model (PaddleSlim's scales) as uint8/int8 QDQ onnxruntime fuses.
 
@@ -177,6 +184,8 @@ def lower_int8(
     rounding instead of two and no float ReLU between integer ops, which is what lets Conv+ReLU
     chains run at integer speed. `paddle_model_prefix`, the PaddleSlim model paddle2onnx converted,
     supplies the scales of linear layers paddle2onnx dropped (see `paddle_program_scales`).
+    `absorb_affines` and `hardswish_in_integers` switch the two backbone rewrites (on by default; off
+    only to measure what each gains).
 
     Raises:
         ConversionError: the model's Q/DQ pattern is not understood, or onnxruntime's quantizer
@@ -184,7 +193,7 @@ def lower_int8(
     """
     program_scales = paddle_program_scales(paddle_model_prefix) if paddle_model_prefix is not None else None
     return lower_int8_model(onnx.load(str(raw_int8_onnx)), out_onnx, program_scales, fold_activations,
-                            Path(raw_int8_onnx).name)
+                            Path(raw_int8_onnx).name, absorb_affines, hardswish_in_integers)
 
 
 def _with_propagated_scales(quantization: PaddleQuantization) -> tuple[PaddleQuantization, PropagatedScales]:
@@ -267,7 +276,8 @@ def _lowering_metrics(quantization: PaddleQuantization, propagated: PropagatedSc
 
 
 def lower_int8_model(raw: onnx.ModelProto, out_onnx: Path, program_scales: WeightScales | None = None,
-                     fold_activations: bool = True, name: str = "the model") -> LoweringResult:
+                     fold_activations: bool = True, name: str = "the model",
+                     absorb_affines: bool = True, hardswish_in_integers: bool = True) -> LoweringResult:
     """`lower_int8` on a loaded paddle2onnx model and PaddleSlim's program scales (`paddle_program_scales`)."""
     quantization, propagated = _with_propagated_scales(read_paddle_quantization(raw, program_scales))
     folded = set(folded_activations(quantization)) if fold_activations else set()
@@ -276,6 +286,8 @@ def lower_int8_model(raw: onnx.ModelProto, out_onnx: Path, program_scales: Weigh
         raise ConversionError(f"{name} has no node PaddleSlim quantized; nothing to lower")
     _quantize_with_paddle_scales(quantization, nodes, out_onnx, fold_activations, name)
     lowered = _drop_zero_bias_zero_points(onnx.load(str(out_onnx)))
+    absorbed = absorb_scalar_affines(lowered) if absorb_affines else None
+    hardswishes = integer_hardswish(lowered) if hardswish_in_integers else 0
     float_graph = quantization.float_model.graph
     producers = {node.output[0]: node for node in float_graph.node if node.output}
     float_inputs = read_float_inputs(lowered, set(quantization.float_layers),
@@ -287,5 +299,7 @@ def lower_int8_model(raw: onnx.ModelProto, out_onnx: Path, program_scales: Weigh
         onnx.checker.check_model(lowered, full_check=True)
     except onnx.checker.ValidationError as exc:
         raise ConversionError(f"the lowered INT8 model fails onnx.checker: {exc}") from exc
-    return LoweringResult(metrics=_lowering_metrics(quantization, propagated, lowered, out_onnx, folded,
-                                                    float_inputs, shielded))
+    metrics = _lowering_metrics(quantization, propagated, lowered, out_onnx, folded, float_inputs, shielded)
+    metrics["absorbed_affines"] = absorbed.as_metrics() if absorbed is not None else None
+    metrics["integer_hardswish"] = hardswishes
+    return LoweringResult(metrics=metrics)

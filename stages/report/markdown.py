@@ -28,7 +28,8 @@ from quantgate.stages.report.outputs import DISAGREEMENTS, FONT, REPORT_FILE, RU
 from quantgate.stages.report.plots import runtimes_plot, training_plot
 from quantgate.stages.report.predictions import TEST_SPLIT, read_predictions
 from quantgate.stages.report.release_section import release_sections
-from quantgate.stages.report.runtimes import cpu_line, latency_by_runtime, primary_of, runtimes_table
+from quantgate.stages.report.runtimes import (cpu_line, latency_by_runtime, primary_of, runtimes_table,
+                                               slower_int8_lines)
 from quantgate.stages.report.sections import TaskSections
 from quantgate.stages.report.text_report import text_sections
 from quantgate.stages.tasks import TEXT_DETECTION, TEXT_RECOGNITION, task_of
@@ -206,6 +207,8 @@ def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metri
     lines += [*cpu_line(evaluation), ""] if cpu_line(evaluation) else []
     side_by_side = runtimes_table(evaluation, gate_record)
     lines += [*side_by_side, "", f"![Latency per runtime, FP32 vs INT8]({RUNTIMES_PLOT})", ""] if side_by_side else []
+    slower = slower_int8_lines(evaluation, gate_record)
+    lines += [*slower, ""] if slower else []
     lines += _gate_table(gate_record) + [""]
     lines += [*release_lines, ""] if release_lines else []
     lines += [*_search_lines(search), ""] if search else []

@@ -85,6 +85,30 @@ def runtimes_table(evaluation: dict, gate_record: dict) -> list[str]:
     return lines
 
 
+def slower_int8_lines(evaluation: dict, gate_record: dict) -> list[str]:
+    """Where a runtime's INT8 ran slower than its own FP32 (at the evaluation's batch size or at batch 1), said
+    plainly, with what the run knows of why: the CPU's integer instructions and the INT8 kernels it counted."""
+    cpu = evaluation.get(CPU) if isinstance(evaluation.get(CPU), dict) else {}
+    flags = set(cpu.get("flags") or [])
+    batch = evaluation.get("latency_batch_size")
+    notes = []
+    for row in runtime_rows(evaluation, gate_record):
+        m = row["measured"]
+        for suffix, where in (("", f"batch {batch}" if batch else "the evaluation's batch size"), ("_batch1", "batch 1")):
+            fp32, int8 = m.get(f"latency_ms_p50_fp32{suffix}"), m.get(f"latency_ms_p50_int8{suffix}")
+            if _num(fp32, "g") == "n/a" or _num(int8, "g") == "n/a" or int8 <= fp32:
+                continue
+            known = []
+            if not flags & {"avx512_vnni", "avx_vnni", "amx_int8"}:
+                known.append("this CPU has no VNNI or AMX integer dot-product instructions")
+            if isinstance(m.get(INT8_OPS), dict) and m[INT8_OPS].get("total_conv_matmul"):
+                known.append(f"{_ops(m[INT8_OPS])} convolutions/matmuls ran as INT8 kernels")
+            why = "; ".join(known) if known else "not established by this run"
+            notes.append(f"- **{row['runtime']}: INT8 is slower than its FP32 at {where}** "
+                         f"({_num(int8, '.3f')} vs {_num(fp32, '.3f')} ms p50). Known: {why}.")
+    return ["INT8 slower than FP32:", "", *notes] if notes else []
+
+
 def cpu_line(evaluation: dict) -> list[str]:
     """One line naming the CPU and the integer-math flags it has; none if the evaluation did not record them."""
     cpu = evaluation.get(CPU)

@@ -86,3 +86,19 @@ def test_the_prefect_table_has_one_row_per_runtime():
                        "p50 fp32 (ms)": "2.000", "p50 int8 (ms)": "1.000", "speedup": "2.50", "int8 ops": "4/4",
                        "verdict": "pass"}
     assert rows[2]["verdict"] == "FAIL: paddle_inference.accuracy_drop_pts, paddle_inference.agreement"
+
+
+def test_a_runtime_whose_int8_is_slower_than_its_fp32_is_named_with_what_is_known(tmp_path):
+    metrics, gate_record = three_runtimes()
+    metrics["latency_batch_size"] = 16
+    metrics["runtimes"]["paddle_inference"].update(latency_ms_p50_fp32_batch1=12.91, latency_ms_p50_int8_batch1=13.52,
+                                                   int8_ops={"int8": 51, "total_conv_matmul": 51})
+    metrics["cpu"] = {"flags": ["avx2"], "model": "AMD EPYC", "amx": False}
+    out = tmp_path / "report"
+    out.mkdir()
+    result = report("m v2", metrics, gate_record, {}, steps_csv(tmp_path), {}, out, **folders(tmp_path))
+    text = (out / result.report_file).read_text()
+    assert ("- **paddle_inference: INT8 is slower than its FP32 at batch 1** (13.520 vs 12.910 ms p50). Known: this "
+            "CPU has no VNNI or AMX integer dot-product instructions; 51 of 51 convolutions/matmuls ran as INT8 "
+            "kernels.") in text
+    assert "onnxruntime: INT8 is slower" not in text and "at batch 16" not in text  # faster there: nothing said

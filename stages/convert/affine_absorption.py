@@ -1,0 +1,215 @@
+"""Absorb the scalar affines of PP-LCNetV3-style backbones into the quantization grids beside them.
+
+PP-LCNetV3 (PaddleOCR's PP-OCRv4 recognizer backbone) follows every convolution and every activation
+with a learnable affine block, `y = a * x + b` with scalar `a` and `b`:
+
+    QLinearConv -> DQ -> Mul(a1) -> Add(b1) -> HardSwish -> Mul(a2) -> Add(b2) -> Q -> QLinearConv
+
+onnxruntime has no integer kernel for HardSwish, so that region runs in float, and four of its five
+element-wise passes over the feature map are the affines: in the lowered PP-OCRv4 recognizer they were
+more of onnxruntime's time than all its integer convolutions together. An affine next to a
+quantization is a change of grid, so the lowering folds it into the grid instead of running it:
+
+- after a DequantizeLinear (scale s, zero point z): `a * s * (q - z) + b = (a * s) * (q - z')` with
+  `z' = z - b / (a * s)`, so the DequantizeLinear takes scale `a * s` and zero point `z'`;
+- before a QuantizeLinear (scale S, zero point z): `q = round((a * x + b) / S) + z = round(x / (S / a) + z')`
+  with `z' = z + b / S`, so the QuantizeLinear quantizes `x` with scale `S / a`.
+
+Zero points are integers: `z'` is rounded, which moves the grid by less than half a step (the offset
+recorded, in steps, as `max_zero_point_shift_steps`); the step and the range PaddleSlim calibrated are
+kept. The scales are PaddleSlim's, re-expressed; nothing is calibrated here. Only positive `a` qualifies
+(a scale is positive), only a chain whose every tensor has one reader, and only while `z'` stays in the
+grid's integer range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from quantgate.stages.convert.onnx_ops import drop_unused_initializers
+
+RANGES = {onnx.TensorProto.UINT8: (0, 255), onnx.TensorProto.INT8: (-128, 127)}
+
+
+@dataclass
+class AbsorbedAffines:
+    after_dequantize: int = 0  # affines folded into the DequantizeLinear before them
+    before_quantize: int = 0  # affines folded into the QuantizeLinear after them
+    max_zero_point_shift_steps: float = 0.0
+    kept: list[str] = field(default_factory=list)  # affine nodes left as float ops, and why
+
+    def as_metrics(self) -> dict:
+        return {"after_dequantize": self.after_dequantize, "before_quantize": self.before_quantize,
+                "max_zero_point_shift_steps": round(self.max_zero_point_shift_steps, 4), "kept": self.kept}
+
+
+class _Graph:
+    """Readers, producers and scalar constants of a graph, kept current as affines are removed."""
+
+    def __init__(self, graph: onnx.GraphProto, nodes: list[onnx.NodeProto]):
+        # `nodes` is the one list of node objects used throughout: protobuf may hand out a new Python
+        # object on every access to graph.node, so identity is only meaningful within one list.
+        self.graph = graph
+        self.constants = {init.name: init for init in graph.initializer}
+        self.outputs = {output.name for output in graph.output}
+        self.readers: dict[str, list[onnx.NodeProto]] = {}
+        for node in nodes:
+            for name in node.input:
+                self.readers.setdefault(name, []).append(node)
+
+    def scalar(self, name: str) -> float | None:
+        init = self.constants.get(name)
+        if init is None:
+            return None
+        values = numpy_helper.to_array(init)
+        return float(values.ravel()[0]) if values.size == 1 and values.dtype == np.float32 else None
+
+    def only_reader(self, tensor: str) -> onnx.NodeProto | None:
+        readers = self.readers.get(tensor, [])
+        return readers[0] if len(readers) == 1 and tensor not in self.outputs else None
+
+    def affine_operand(self, node: onnx.NodeProto, tensor: str) -> float | None:
+        """The scalar constant `node` (Mul or Add) combines `tensor` with, or None."""
+        if len(node.input) != 2 or tensor not in node.input:
+            return None
+        other = node.input[1] if node.input[0] == tensor else node.input[0]
+        return self.scalar(other)
+
+    def affine_after(self, tensor: str) -> tuple[list[onnx.NodeProto], float, float]:
+        """The chain Mul(a)? -> Add(b)? reading `tensor` alone: its nodes, a and b."""
+        chain, a, b = [], 1.0, 0.0
+        reader = self.only_reader(tensor)
+        if reader is not None and reader.op_type == "Mul" and (value := self.affine_operand(reader, tensor)) is not None:
+            chain.append(reader)
+            a, tensor = value, reader.output[0]
+            reader = self.only_reader(tensor)
+        if reader is not None and reader.op_type == "Add" and (value := self.affine_operand(reader, tensor)) is not None:
+            chain.append(reader)
+            b = value
+        return chain, a, b
+
+    def new_constant(self, like: str, values: np.ndarray, suffix: str) -> str:
+        name = f"{like}_{suffix}"
+        while name in self.constants:
+            name += "_"
+        init = numpy_helper.from_array(values, name)
+        self.graph.initializer.append(init)
+        self.constants[name] = init
+        return name
+
+
+def _grid(graph: _Graph, node: onnx.NodeProto) -> tuple[float, int, int] | None:
+    """A per-tensor Q/DQ node's scale, zero point and zero point type."""
+    if len(node.input) < 3 or node.input[1] not in graph.constants or node.input[2] not in graph.constants:
+        return None
+    scale, zero_point = (numpy_helper.to_array(graph.constants[name]) for name in node.input[1:3])
+    data_type = graph.constants[node.input[2]].data_type
+    if scale.size != 1 or zero_point.size != 1 or data_type not in RANGES:
+        return None
+    return float(scale.ravel()[0]), int(zero_point.ravel()[0]), data_type
+
+
+def _set_grid(graph: _Graph, node: onnx.NodeProto, scale: float, zero_point: int, data_type: int) -> None:
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(data_type)
+    node.input[1] = graph.new_constant(node.input[1], np.array(scale, np.float32), "absorbed")
+    node.input[2] = graph.new_constant(node.input[2], np.array(zero_point, dtype), "absorbed")
+
+
+def _rewire(graph: _Graph, old: str, new: str) -> None:
+    for reader in graph.readers.pop(old, []):
+        for index, name in enumerate(reader.input):
+            if name == old:
+                reader.input[index] = new
+        graph.readers.setdefault(new, []).append(reader)
+
+
+def _drop(graph: _Graph, chain: list[onnx.NodeProto], removed: set[int]) -> None:
+    for node in chain:
+        removed.add(id(node))
+        for name in node.input:
+            graph.readers[name] = [reader for reader in graph.readers.get(name, []) if reader is not node]
+
+
+def absorb_scalar_affines(model: onnx.ModelProto) -> AbsorbedAffines:
+    """Fold scalar Mul/Add chains into the per-tensor DequantizeLinear before or QuantizeLinear after them, in place."""
+    nodes = list(model.graph.node)
+    graph, result, removed = _Graph(model.graph, nodes), AbsorbedAffines(), set()
+    for node in nodes:
+        if id(node) in removed or node.op_type != "DequantizeLinear" or (grid := _grid(graph, node)) is None:
+            continue
+        chain, a, b = graph.affine_after(node.output[0])
+        if not chain:
+            continue
+        scale, zero_point, data_type = grid
+        exact = zero_point - b / (a * scale)
+        low, high = RANGES[data_type]
+        if a <= 0 or not low <= round(exact) <= high:
+            result.kept.append(f"{chain[0].name}: a={a:.4g}, zero point {exact:.1f} outside the grid or a not positive")
+            continue
+        _set_grid(graph, node, a * scale, int(round(exact)), data_type)
+        _drop(graph, chain, removed)
+        _rewire(graph, chain[-1].output[0], node.output[0])
+        result.after_dequantize += 1
+        result.max_zero_point_shift_steps = max(result.max_zero_point_shift_steps, abs(exact - round(exact)))
+    producers = {output: node for node in nodes if id(node) not in removed for output in node.output}
+    for node in nodes:
+        if id(node) in removed or node.op_type != "QuantizeLinear" or (grid := _grid(graph, node)) is None:
+            continue
+        chain = _affine_before(graph, producers, node.input[0])
+        if not chain:
+            continue
+        a, b = _coefficients(graph, chain)
+        scale, zero_point, data_type = grid
+        exact = zero_point + b / scale
+        low, high = RANGES[data_type]
+        if a <= 0 or not low <= round(exact) <= high:
+            result.kept.append(f"{chain[0].name}: a={a:.4g}, zero point {exact:.1f} outside the grid or a not positive")
+            continue
+        source = next(name for name in chain[0].input if graph.scalar(name) is None)
+        _set_grid(graph, node, scale / a, int(round(exact)), data_type)
+        _drop(graph, chain, removed)
+        graph.readers.setdefault(source, []).append(node)
+        node.input[0] = source
+        result.before_quantize += 1
+        result.max_zero_point_shift_steps = max(result.max_zero_point_shift_steps, abs(exact - round(exact)))
+    kept = [_copy(node) for node in nodes if id(node) not in removed]
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    drop_unused_initializers(model.graph)
+    return result
+
+
+def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
+    copied = onnx.NodeProto()
+    copied.CopyFrom(node)
+    return copied
+
+
+def _affine_before(graph: _Graph, producers: dict[str, onnx.NodeProto], tensor: str) -> list[onnx.NodeProto]:
+    """The chain Mul(a)? -> Add(b)? that produces `tensor`, each output read by the next node alone."""
+    chain: list[onnx.NodeProto] = []
+    for op_type in ("Add", "Mul"):
+        node = producers.get(tensor)
+        if node is None or node.op_type != op_type or graph.only_reader(node.output[0]) is None:
+            continue
+        source = next((name for name in node.input if graph.scalar(name) is None), None)
+        if source is None or graph.affine_operand(node, source) is None:
+            continue
+        chain.insert(0, node)
+        tensor = source
+    return chain
+
+
+def _coefficients(graph: _Graph, chain: list[onnx.NodeProto]) -> tuple[float, float]:
+    a, b = 1.0, 0.0
+    for node in chain:
+        value = next(graph.scalar(name) for name in node.input if graph.scalar(name) is not None)
+        if node.op_type == "Mul":
+            a, b = a * value, b * value
+        else:
+            b += value
+    return a, b

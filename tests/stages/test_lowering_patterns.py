@@ -1,0 +1,109 @@
+"""Each pattern of PP-OCRv4's recognizer on a tiny real Paddle network: PaddleSlim -> paddle2onnx -> the lowering.
+
+The lowered model must compute what the un-lowered one does, within quantization error, and onnxruntime
+must run the integer kernels the lowering was written for.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from support.pattern_nets import pattern_model  # noqa: E402
+
+from quantgate.stages.convert.affine_absorption import absorb_scalar_affines  # noqa: E402
+from quantgate.stages.convert.lower_int8 import lower_int8  # noqa: E402
+from quantgate.stages.convert.onnx_ops import runtime_op_counts  # noqa: E402
+
+
+def run(onnx_file: Path, inputs: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: inputs})[0]
+
+
+def lowered(model, folder: Path, **switches) -> tuple[Path, dict]:
+    out = folder / f"int8_{'_'.join(f'{k}{int(v)}' for k, v in sorted(switches.items())) or 'default'}.onnx"
+    metrics = lower_int8(model.raw_onnx, out, paddle_model_prefix=model.paddle_prefix, **switches).metrics
+    return out, metrics
+
+
+def relative_error(ours: np.ndarray, reference: np.ndarray) -> float:
+    return float(np.abs(ours - reference).max() / np.abs(reference).max())
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    cache = {}
+
+    def get(pattern):
+        if pattern not in cache:
+            cache[pattern] = pattern_model(pattern, tmp_path_factory.mktemp(pattern))
+        return cache[pattern]
+    return get
+
+
+def test_learnable_affines_and_hardswish_run_on_integer_kernels(models, tmp_path):
+    model = models("lab_hardswish")
+    plain, _ = lowered(model, tmp_path, absorb_affines=False, hardswish_in_integers=False)
+    ours, metrics = lowered(model, tmp_path)
+    assert metrics["absorbed_affines"]["after_dequantize"] == 2 and metrics["absorbed_affines"]["before_quantize"] == 2
+    assert metrics["absorbed_affines"]["max_zero_point_shift_steps"] <= 0.5
+    assert metrics["integer_hardswish"] == 2
+    before, after = runtime_op_counts(plain)["ops"], runtime_op_counts(ours)["ops"]
+    assert before.get("HardSigmoid") == 2 and before.get("Mul", 0) >= 4  # HardSwish = x * HardSigmoid(x), affines
+    assert "HardSigmoid" not in after and "Mul" not in after and "Add" not in after
+    assert after.get("QLinearAdd") == after.get("QLinearMul") == 2 and after.get("QLinearConv") == 3
+    reference = run(model.raw_onnx, model.inputs)
+    # the un-lowered model's arithmetic, within what one more rounding per rewritten tensor can move
+    assert relative_error(run(ours, model.inputs), reference) <= 0.05
+    assert relative_error(run(ours, model.inputs), run(model.fp32_onnx, model.inputs)) <= 0.08
+
+
+def test_squeeze_and_excitation_multiplies_in_integers(models, tmp_path):
+    model = models("se_block")
+    ours, metrics = lowered(model, tmp_path)
+    ops = runtime_op_counts(ours)["ops"]
+    assert ops.get("QLinearGlobalAveragePool", 0) >= 1 and ops.get("QLinearMul", 0) >= 1  # x * se
+    assert ops.get("QLinearConv") == 5 and "Conv" not in ops
+    assert metrics["integer_hardswish"] == 1  # the depthwise conv's HardSwish
+    assert relative_error(run(ours, model.inputs), run(model.raw_onnx, model.inputs)) <= 0.05
+
+
+@pytest.mark.parametrize("pattern", ["layernorm", "attention"])
+def test_layernorm_and_attention_stay_float_between_one_dequantize_and_one_quantize(models, tmp_path, pattern):
+    # onnxruntime has no integer LayerNorm, and SVTR's attention is a few percent of the recognizer's time
+    # (docs/benchmarks.md): both run in float, entered once and left once, not through a Q/DQ per op.
+    model = models(pattern)
+    ours, _ = lowered(model, tmp_path)
+    plain, _ = lowered(model, tmp_path, absorb_affines=False, hardswish_in_integers=False)
+    graph = onnx.load(str(ours)).graph
+    producers = {output: node for node in graph.node for output in node.output}
+    float_ops = [node for node in graph.node if node.op_type in ("LayerNormalization", "Softmax", "ReduceMean")]
+    assert float_ops, "the pattern's float ops are gone from the graph"
+    for node in float_ops:
+        source = producers.get(node.input[0])
+        assert source is None or source.op_type != "QuantizeLinear"  # reads a float tensor, never int8 directly
+    assert runtime_op_counts(ours)["integer_ops"] >= 1  # the convolution at least
+    # The backbone rewrites leave these patterns alone. (The lowering quantizes the last linear layer, whose
+    # Q/DQ paddle2onnx drops, from PaddleSlim's program: so FP32, not paddle2onnx's model, is the reference.)
+    assert np.array_equal(run(ours, model.inputs), run(plain, model.inputs))
+    assert relative_error(run(ours, model.inputs), run(model.fp32_onnx, model.inputs)) <= 0.2
+
+
+def test_an_affine_with_a_negative_scale_is_kept_and_named(models, tmp_path):
+    model = models("lab_hardswish")
+    plain, _ = lowered(model, tmp_path, absorb_affines=False, hardswish_in_integers=False)
+    quantized = onnx.load(str(plain))
+    scales = [init for init in quantized.graph.initializer if init.name.endswith(".w_0") and len(init.float_data) +
+              len(init.raw_data) // 4 == 1]
+    assert scales, "the affine scales are not scalar initializers"
+    for init in scales:  # a scale is positive: a negative affine cannot become a grid
+        values = onnx.numpy_helper.to_array(init)
+        init.CopyFrom(onnx.numpy_helper.from_array(-values, init.name))
+    result = absorb_scalar_affines(quantized)
+    assert result.after_dequantize == result.before_quantize == 0
+    assert len(result.kept) == 4 and all("not positive" in reason for reason in result.kept)
