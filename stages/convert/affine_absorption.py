@@ -10,16 +10,20 @@ element-wise passes over the feature map are the affines: in the lowered PP-OCRv
 more of onnxruntime's time than all its integer convolutions together. An affine next to a
 quantization is a change of grid, so the lowering folds it into the grid instead of running it:
 
-- after a DequantizeLinear (scale s, zero point z): `a * s * (q - z) + b = (a * s) * (q - z')` with
+- after a convolution (Conv -> Q -> DQ -> affine): `b / a` joins the convolution's int32 bias, before the
+  output is rounded, and `a` scales the output's grid, whose window moves with the values: exact up to the
+  int32 bias;
+- after any other DequantizeLinear (scale s, zero point z): `a * s * (q - z) + b = (a * s) * (q - z')` with
   `z' = z - b / (a * s)`, so the DequantizeLinear takes scale `a * s` and zero point `z'`;
 - before a QuantizeLinear (scale S, zero point z): `q = round((a * x + b) / S) + z = round(x / (S / a) + z')`
   with `z' = z + b / S`, so the QuantizeLinear quantizes `x` with scale `S / a`.
 
-Zero points are integers: `z'` is rounded, which moves the grid by less than half a step (the offset
-recorded, in steps, as `max_zero_point_shift_steps`); the step and the range PaddleSlim calibrated are
-kept. The scales are PaddleSlim's, re-expressed; nothing is calibrated here. Only positive `a` qualifies
-(a scale is positive), only a chain whose every tensor has one reader, and only while `z'` stays in the
-grid's integer range.
+In the last two, zero points are integers: `z'` is rounded, which shifts every value the same way, so
+an affine qualifies only when `z'` lies within MAX_SHIFT_STEPS of an integer (the largest shift taken is
+recorded as `max_zero_point_shift_steps`; the refused ones are named in `kept`); the step and the range
+PaddleSlim calibrated are kept. The scales are PaddleSlim's, re-expressed; nothing is calibrated here.
+Only positive `a` qualifies (a scale is positive), only a chain whose every tensor has one reader, and only
+while `z'` stays in the grid's integer range.
 """
 
 from __future__ import annotations
@@ -32,18 +36,24 @@ from onnx import numpy_helper
 
 from quantgate.stages.convert.onnx_ops import drop_unused_initializers
 
+# A rounded zero point shifts every value of the tensor the same way: unlike rounding noise, that offset adds up
+# coherently in the convolution that reads it (on PP-OCRv4's recognizer, absorbing every affine whatever its
+# shift cost up to 7 points of line accuracy). Only an affine whose zero point lands this close to an integer
+# becomes a grid; after a convolution, the exact fold into its bias comes first.
+MAX_SHIFT_STEPS = 0.05
 RANGES = {onnx.TensorProto.UINT8: (0, 255), onnx.TensorProto.INT8: (-128, 127)}
 
 
 @dataclass
 class AbsorbedAffines:
+    into_convolution: int = 0  # affines after a convolution: b/a into its bias, a into its output's grid (exact)
     after_dequantize: int = 0  # affines folded into the DequantizeLinear before them
     before_quantize: int = 0  # affines folded into the QuantizeLinear after them
     max_zero_point_shift_steps: float = 0.0
     kept: list[str] = field(default_factory=list)  # affine nodes left as float ops, and why
 
     def as_metrics(self) -> dict:
-        return {"after_dequantize": self.after_dequantize, "before_quantize": self.before_quantize,
+        return {"into_convolution": self.into_convolution, "after_dequantize": self.after_dequantize, "before_quantize": self.before_quantize,
                 "max_zero_point_shift_steps": round(self.max_zero_point_shift_steps, 4), "kept": self.kept}
 
 
@@ -138,6 +148,7 @@ def absorb_scalar_affines(model: onnx.ModelProto) -> AbsorbedAffines:
     """Fold scalar Mul/Add chains into the per-tensor DequantizeLinear before or QuantizeLinear after them, in place."""
     nodes = list(model.graph.node)
     graph, result, removed = _Graph(model.graph, nodes), AbsorbedAffines(), set()
+    producers = {output: node for node in nodes for output in node.output}
     for node in nodes:
         if id(node) in removed or node.op_type != "DequantizeLinear" or (grid := _grid(graph, node)) is None:
             continue
@@ -145,10 +156,15 @@ def absorb_scalar_affines(model: onnx.ModelProto) -> AbsorbedAffines:
         if not chain:
             continue
         scale, zero_point, data_type = grid
+        if a > 0 and _into_convolution(graph, node, a, b, producers):
+            _drop(graph, chain, removed)
+            _rewire(graph, chain[-1].output[0], node.output[0])
+            result.into_convolution += 1
+            continue
         exact = zero_point - b / (a * scale)
         low, high = RANGES[data_type]
-        if a <= 0 or not low <= round(exact) <= high:
-            result.kept.append(f"{chain[0].name}: a={a:.4g}, zero point {exact:.1f} outside the grid or a not positive")
+        if (reason := _refusal(a, exact, low, high)) is not None:
+            result.kept.append(f"{chain[0].name}: {reason}")
             continue
         _set_grid(graph, node, a * scale, int(round(exact)), data_type)
         _drop(graph, chain, removed)
@@ -166,8 +182,8 @@ def absorb_scalar_affines(model: onnx.ModelProto) -> AbsorbedAffines:
         scale, zero_point, data_type = grid
         exact = zero_point + b / scale
         low, high = RANGES[data_type]
-        if a <= 0 or not low <= round(exact) <= high:
-            result.kept.append(f"{chain[0].name}: a={a:.4g}, zero point {exact:.1f} outside the grid or a not positive")
+        if (reason := _refusal(a, exact, low, high)) is not None:
+            result.kept.append(f"{chain[0].name}: {reason}")
             continue
         source = next(name for name in chain[0].input if graph.scalar(name) is None)
         _set_grid(graph, node, scale / a, int(round(exact)), data_type)
@@ -181,6 +197,51 @@ def absorb_scalar_affines(model: onnx.ModelProto) -> AbsorbedAffines:
     model.graph.node.extend(kept)
     drop_unused_initializers(model.graph)
     return result
+
+
+def _into_convolution(graph: _Graph, dequantize: onnx.NodeProto, a: float, b: float,
+                      producers: dict[str, onnx.NodeProto]) -> bool:
+    """Fold `a * x + b` after Conv -> Q -> DQ into the convolution, exactly: b / a joins its int32 bias (before the
+    output's rounding, so no offset is left), a scales the output grid, and the grid's window moves with the
+    values (a zero point moves the window, it does not round values). False where the chain is not that."""
+    quantize = producers.get(dequantize.input[0])
+    if quantize is None or quantize.op_type != "QuantizeLinear" or graph.only_reader(quantize.output[0]) is not dequantize:
+        return False
+    conv = producers.get(quantize.input[0])
+    if conv is None or conv.op_type != "Conv" or len(conv.input) < 3 or graph.only_reader(conv.output[0]) is not quantize:
+        return False
+    bias_dq = producers.get(conv.input[2])
+    if (bias_dq is None or bias_dq.op_type != "DequantizeLinear" or bias_dq.input[0] not in graph.constants
+            or bias_dq.input[1] not in graph.constants or len(bias_dq.input) > 2
+            or graph.constants[bias_dq.input[0]].data_type != onnx.TensorProto.INT32
+            or len(graph.readers.get(bias_dq.output[0], [])) != 1):
+        return False
+    grid = _grid(graph, quantize)
+    if grid is None or _grid(graph, dequantize) != grid:
+        return False
+    scale, zero_point, data_type = grid
+    bias = numpy_helper.to_array(graph.constants[bias_dq.input[0]]).astype(np.float64)
+    bias_scale = numpy_helper.to_array(graph.constants[bias_dq.input[1]]).astype(np.float64)
+    shifted = np.round(bias + (b / a) / bias_scale)
+    if np.abs(shifted).max() >= 2**31:
+        return False
+    low, high = RANGES[data_type]
+    window = int(np.clip(zero_point - round(b / a / scale), low, high))
+    bias_dq.input[0] = graph.new_constant(bias_dq.input[0], shifted.astype(np.int32), "affine")
+    _set_grid(graph, quantize, scale, window, data_type)
+    _set_grid(graph, dequantize, a * scale, window, data_type)
+    return True
+
+
+def _refusal(a: float, zero_point: float, low: int, high: int) -> str | None:
+    """Why an affine cannot become this grid, or None."""
+    if a <= 0:
+        return f"scale {a:.4g} not positive"
+    if not low <= round(zero_point) <= high:
+        return f"zero point {zero_point:.1f} outside the grid"
+    if abs(zero_point - round(zero_point)) > MAX_SHIFT_STEPS:
+        return f"zero point {zero_point:.3f} is {abs(zero_point - round(zero_point)):.3f} steps from an integer"
+    return None
 
 
 def _copy(node: onnx.NodeProto) -> onnx.NodeProto:

@@ -45,7 +45,7 @@ class LabHardswish(nn.Layer):
         self.convs = nn.LayerList([nn.Conv2D(3, 16, 3, padding=1), nn.Conv2D(16, 16, 3, padding=1, groups=16),
                                    nn.Conv2D(16, 16, 1)])
         self.before = nn.LayerList([Affine(1.7, 0.4), Affine(2.2, -0.3)])
-        self.after = nn.LayerList([Affine(0.6, 0.05), Affine(0.3, -0.2)])
+        self.after = nn.LayerList([Affine(0.6, 1e-5), Affine(0.3, -0.2)])  # b ~ 0, as most of PP-LCNetV3's
     def forward(self, x):
         x = self.convs[0](x)
         for index in range(2):
