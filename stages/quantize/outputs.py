@@ -11,6 +11,8 @@ OUTPUTS = StageOutputs(
     description="PaddleSlim post-training INT8, one recipe or the accuracy-aware search on the validation split",
     files=(MODEL_FILE, PARAMS_FILE),
     optional_files=(SEARCH_FILE,),
-    metrics=("algo", "recipe", "skip_tensors", "calibration_batches", "calibration_samples", "quantize_linear_ops",
-             "dequantize_linear_ops", "fp32_ops", "int8_ops", SEARCH),
+    metrics=("algo", "recipe", "skip_tensors", "calibration_batches", "calibration_samples",
+             "calibration_forward_batches", "calibration_forward_s", "calibration_statistics_s",
+             "calibration_statistics_reused", "quantize_linear_ops", "dequantize_linear_ops", "fp32_ops", "int8_ops",
+             SEARCH),
 )

@@ -1,4 +1,8 @@
-"""Quantize stage: PaddleSlim post-training INT8 quantization, calibrated on the held-out split, streamed batch by batch."""
+"""Quantize stage: PaddleSlim post-training INT8 quantization, calibrated on the held-out split, streamed batch by batch.
+
+PaddleSlim's `quant_post_static` is what runs, with paddle's `PostTrainingQuantization` swapped for
+`calibration.Calibration` where it covers the algorithm (same scales, faster sampling, reusable statistics).
+"""
 
 from __future__ import annotations
 
@@ -11,12 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import paddle
-from paddleslim.quant import quant_post_static
+from paddle.static.quantization import PostTrainingQuantization
 
 from quantgate.config import QuantizeConfig
 from quantgate.errors import BadInput
 from quantgate.stages.data.reading import StoredData, open_data
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE  # the INT8 model keeps the FP32 file names
+from quantgate.stages.quantize.calibration import STATISTIC_ALGOS, Calibration, Statistics
 from quantgate.stages.shared.errors import StageError
 from quantgate.stages.shared.progress import Progress
 from quantgate.stages.shared.static_graph import load_program, op_counts, static_mode
@@ -33,6 +38,7 @@ class QuantizeResult:
     model_file: str
     params_file: str
     metrics: dict
+    statistics: Statistics | None = None  # what calibration measured, for a later one with other thresholds
 
 
 def calibration_batches(samples: int, config: QuantizeConfig) -> int:
@@ -85,13 +91,16 @@ def quantize(
 
 def quantize_with_data(
     config: QuantizeConfig, model_dir: Path, model_file: str, params_file: str, data: StoredData, out_dir: Path,
-    num_workers: int = 0, allow_float: bool = False,
+    num_workers: int = 0, allow_float: bool = False, statistics: Statistics | None = None,
 ) -> QuantizeResult:
-    """Run PaddleSlim `quant_post_static` (ONNX-style quantize_linear ops) calibrated on `data`'s calibration split.
+    """Run PaddleSlim's post-training quantization (ONNX-style quantize_linear ops) calibrated on `data`'s
+    calibration split, as `quant_post_static` runs it.
 
-    The split is streamed: each PaddleSlim pass reads it afresh, one batch at a time, so no more than
-    a batch of images is in memory whatever the split's size.
+    The split is streamed: each pass reads it afresh, one batch at a time, so no more than a batch of
+    images is in memory whatever the split's size.
     `allow_float`: accept a model with nothing quantized (the search skips every layer on purpose).
+    `statistics`: what a calibration of the same model, rows and batch size measured ('hist', 'KL',
+    'abs_max', 'avg'); the passes it holds are not run again.
 
     Raises:
         QuantizationError: the split is too small for the requested batches, or nothing was quantized.
@@ -119,25 +128,22 @@ def quantize_with_data(
 
         scope = paddle.static.Scope()  # fresh, so runs in one process never see each other's variables
         with paddle.static.scope_guard(scope):
-            quant_post_static(
-                executor=paddle.static.Executor(paddle.CPUPlace()),
-                model_dir=str(model_dir),
-                quantize_model_path=str(out_dir),
-                data_loader=calibration_feed,
-                model_filename=model_file,
-                params_filename=params_file,
-                save_model_filename=MODEL_FILE,
-                save_params_filename=PARAMS_FILE,
-                batch_size=config.batch_size,
-                batch_nums=batches,
-                scope=scope,
-                algo=config.algo,
-                hist_percent=config.hist_percent,
-                bias_correction=config.bias_correction,
-                weight_quantize_type=config.weight_quantize_type,
-                skip_tensor_list=list(config.skip_tensors) or None,
-                onnx_format=True,
+            settings = dict(  # quant_post_static's, defaults included
+                executor=paddle.static.Executor(paddle.CPUPlace()), model_dir=str(model_dir).rstrip("/"),
+                data_loader=calibration_feed, model_filename=model_file, params_filename=params_file,
+                batch_size=config.batch_size, batch_nums=batches, scope=scope, algo=config.algo, round_type="round",
+                hist_percent=config.hist_percent, bias_correction=config.bias_correction,
+                quantizable_op_type=["conv2d", "depthwise_conv2d", "conv2d_transpose", "mul", "matmul", "matmul_v2"],
+                is_full_quantize=False, weight_bits=8, activation_bits=8, activation_quantize_type="range_abs_max",
+                weight_quantize_type=config.weight_quantize_type, onnx_format=True,
+                skip_tensor_list=list(config.skip_tensors) or None, optimize_model=False, deploy_backend=None,
             )
+            if config.algo in STATISTIC_ALGOS:
+                quantizer = Calibration(statistics=statistics, **settings)
+            else:
+                quantizer = PostTrainingQuantization(**settings)
+            quantizer.quantize()
+            quantizer.save_quantized_model(str(out_dir), model_filename=MODEL_FILE, params_filename=PARAMS_FILE)
         int8 = load_program(Path(out_dir) / Path(MODEL_FILE).stem)
     counts = op_counts(int8.program)
     if not counts.get("quantize_linear") and not allow_float:
@@ -145,6 +151,10 @@ def quantize_with_data(
             "PaddleSlim inserted no quantize_linear op: the model has no quantizable conv/matmul layers"
         )
     fed_batches, fed_samples = fed[-1] if fed else (0, 0)  # the last pass's (every pass feeds the same)
+    timed = isinstance(quantizer, Calibration)
+    if not fed and timed:  # every pass came from `statistics`: they were measured on its batches
+        fed_batches = quantizer.statistics.batches
+        fed_samples = min(fed_batches * config.batch_size, len(rows))
     log.info("quantize: %d quantize_linear ops inserted in %.1f s, calibrated on %d samples",
              counts.get("quantize_linear", 0), time.perf_counter() - started, fed_samples)
     return QuantizeResult(
@@ -157,9 +167,14 @@ def quantize_with_data(
             "skip_tensors": list(config.skip_tensors),
             "calibration_batches": fed_batches,
             "calibration_samples": fed_samples,
+            "calibration_forward_batches": quantizer.forward_batches if timed else None,
+            "calibration_forward_s": round(quantizer.forward_s, 3) if timed else None,
+            "calibration_statistics_s": round(quantizer.statistics_s, 3) if timed else None,
+            "calibration_statistics_reused": statistics is not None,
             "quantize_linear_ops": counts.get("quantize_linear", 0),
             "dequantize_linear_ops": counts.get("dequantize_linear", 0),
             "fp32_ops": op_counts(fp32.program),
             "int8_ops": counts,
         },
+        statistics=quantizer.statistics if timed else None,
     )

@@ -4,6 +4,9 @@ One trial = PaddleSlim calibration with one recipe and skip list -> paddle2onnx 
 accuracy on the validation split and latency against FP32, judged by the gate's own criteria
 (`validation_check`). Calibrations are keyed by a digest of everything that decides them, so a
 trial that repeats one (in this search, or from the cache of an earlier run) costs no PaddleSlim run.
+What a calibration measures on the FP32 activations (`calibration.Statistics`) is keyed apart, by
+the model, the rows and the batch size only: a trial that differs in hist_percent, bias_correction,
+weight_quantize_type or skip_tensors ('hist', 'KL', 'abs_max', 'avg') reuses it and runs no forward pass.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from quantgate.stages.convert.onnx_export import to_onnx
 from quantgate.stages.data.reading import open_data
 from quantgate.stages.evaluate.latency import measure
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
+from quantgate.stages.quantize.calibration import STATISTIC_ALGOS, Statistics
 from quantgate.stages.quantize.layer_sensitivity import lowered_model
 from quantgate.stages.quantize.ptq import QuantizationError, quantize_with_data
 from quantgate.stages.quantize.validation_check import ValidationCheck, policy_failures
@@ -34,6 +38,9 @@ CALIBRATION_METRICS = "calibration.json"
 # What decides a PaddleSlim calibration besides the model and the images.
 CALIBRATION_FIELDS = ("algo", "hist_percent", "bias_correction", "weight_quantize_type",
                       "batch_size", "batch_nums", "max_calibration_samples", "skip_tensors")
+# What decides the statistics calibrations measure, besides the model and the images (the rows and batches).
+STATISTICS_FIELDS = ("batch_size", "batch_nums", "max_calibration_samples")
+STATISTICS_FORMAT = "quantgate-calibration-statistics-1"  # the sampled tensors, bins and file layout
 
 
 class Cache(Protocol):
@@ -59,6 +66,7 @@ class Trial:
     seconds: float
     calibration_cached: bool
     calibration_digest: str
+    statistics_reused: bool  # its calibration started from an earlier one's statistics (at most one pass left)
     folder: Path = field(repr=False)  # PaddleSlim's model
     paddle2onnx_file: Path = field(repr=False)  # its conversion, before the lowering
 
@@ -124,6 +132,7 @@ class TrialRunner:
             {library: installed_version(library) for library in ("paddlepaddle", "paddleslim", "paddle2onnx")},
         )
         self._calibrated: dict[str, Path] = {}  # this search's calibrations, by digest
+        self._statistics: dict[str, Statistics] = {}  # what they measured, by statistics digest (+ "/histograms")
         self.validation_digest = content_digest(self.data.split_digest("validation"))
 
     # -- budget ---------------------------------------------------------------------------
@@ -167,9 +176,36 @@ class TrialRunner:
         return folder, digest, False
 
     def _run_paddleslim(self, settings: QuantizeConfig, folder: Path, allow_float: bool = False) -> None:
+        key = content_digest(self.inputs_digest, STATISTICS_FORMAT,
+                             {name: getattr(settings, name) for name in STATISTICS_FIELDS})
+        statistics = self._stored_statistics(key, settings.algo)
         result = quantize_with_data(settings, self.model_dir, MODEL_FILE, PARAMS_FILE, self.data, folder,
-                                    num_workers=self.num_workers, allow_float=allow_float)
+                                    num_workers=self.num_workers, allow_float=allow_float, statistics=statistics)
         (folder / CALIBRATION_METRICS).write_text(json.dumps(result.metrics, sort_keys=True, indent=2) + "\n")
+        if result.statistics is not None:
+            self._keep_statistics(key, result.statistics)
+
+    # -- statistics shared by calibrations that differ in thresholds only --------------------------
+
+    def _stored_statistics(self, key: str, algo: str) -> Statistics | None:
+        """The fullest statistics kept for `key` that `algo` can use: with histograms, else the first pass only."""
+        if algo not in STATISTIC_ALGOS:
+            return None
+        for digest in (f"{key}/histograms", key):
+            if digest not in self._statistics and self.cache is not None:
+                if (entry := self.cache.get(content_digest(digest))) is not None:
+                    self._statistics[digest] = Statistics.load(entry)
+            if digest in self._statistics:
+                return self._statistics[digest]
+        return None
+
+    def _keep_statistics(self, key: str, statistics: Statistics) -> None:
+        """Keep `statistics` for this search, and in the cache: under the histogram pass's digest if it ran."""
+        digest = f"{key}/histograms" if statistics.histograms is not None else key
+        self._statistics[digest] = statistics
+        if self.cache is not None and self.cache.get(content_digest(digest)) is None:
+            with self.cache.fill(content_digest(digest)) as staging:
+                statistics.save(staging, with_histograms=statistics.histograms is not None)
 
     def run_trial(self, phase: str, recipe_settings: QuantizeConfig, float_layers: tuple[str, ...]) -> Trial:
         started = time.monotonic()
@@ -190,6 +226,8 @@ class TrialRunner:
             latency_ms_p50_fp32=latency["fp32"]["p50"], latency_ms_p50_int8=latency["int8"]["p50"],
             speedup_int8_vs_fp32=metrics["speedup_int8_vs_fp32"], seconds=time.monotonic() - started,
             calibration_cached=cached, calibration_digest=digest, folder=calibration, paddle2onnx_file=raw,
+            statistics_reused=bool(json.loads((calibration / CALIBRATION_METRICS).read_text())
+                                   .get("calibration_statistics_reused")),
         )
         self.trials.append(trial)
         live(log, "search trial %d (%s, %s, %d FP32 layers): drop %.2f pts, agreement %.4f, %.2fx -> %s",
