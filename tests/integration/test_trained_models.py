@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
+from support.cpu import needs_int8_dot_product  # noqa: E402
 from support.ocr_samples import (  # noqa: E402
     paddleocr_models,
     render_direction_lines,
@@ -83,6 +84,7 @@ def imported_recognizer(quantgate_cli, models, lines, tmp_path_factory):
     return folder / "store", result
 
 
+@needs_int8_dot_product
 def test_ppocr_recognizer_is_imported_gated_in_every_runtime_and_released(imported_recognizer, models):
     store_root, result = imported_recognizer
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -120,6 +122,7 @@ def test_versions_say_the_recognizer_was_not_trained_here(quantgate_cli, importe
     assert as_json[0]["trained_here"] is False
 
 
+@needs_int8_dot_product  # the bundle is of the release, which needs the gate to pass
 def test_bundle_of_the_imported_recognizer_reads_a_rendered_line_exactly(quantgate_cli, imported_recognizer, lines,
                                                                         tmp_path):
     store_root, _ = imported_recognizer

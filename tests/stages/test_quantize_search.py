@@ -15,6 +15,8 @@ import onnx
 import paddle
 import pytest
 
+from support.cpu import needs_int8_dot_product
+
 from quantgate.artifacts.cache import ContentCache
 from quantgate.config import EvaluateConfig, GatePolicy, QuantizeConfig
 from quantgate.stages.data import open_data
@@ -75,6 +77,7 @@ def searched(broken_export, stage_dirs, tmp_path_factory):
     return root, first, again
 
 
+@needs_int8_dot_product
 def test_plain_ptq_misses_and_the_search_falls_back_the_broken_layer(searched, broken_export):
     root, result, _ = searched
     record = json.loads((root / "first" / SEARCH_FILE).read_text())

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.cpu import needs_int8_dot_product
 
 from quantgate.config import ConfigError, validate_config
 from quantgate.stages.data import open_data
@@ -49,6 +50,7 @@ def test_every_evaluation_records_the_cpu(stage_dirs):
     assert stage_dirs.results["evaluate"].metrics["cpu"] == cpu_record()
 
 
+@needs_int8_dot_product  # on AVX2 alone the two forms differ by up to 3.6 (measured): one of them saturates
 def test_the_qgemm_form_computes_exactly_what_the_convsym_form_computes(stage_dirs, tmp_path):
     qgemm = tmp_path / QGEMM_INT8_FILE
     assert write_qgemm_form(stage_dirs.convert / "int8.onnx", qgemm) == 3  # the digits CNN's three convolutions
