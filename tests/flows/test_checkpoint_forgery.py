@@ -15,6 +15,10 @@ import pytest
 from quantgate.artifacts import ArtifactStore
 from quantgate.cli import main
 from quantgate.flows.release import release
+
+# These tests are about checkpoints, not the INT8 gate: a one-epoch CNN's INT8 lost 1.1 points on an AVX2-only CPU
+# and its gate failed before a checkpoint was ever read (measured), so any INT8 passes here.
+ANY_INT8 = {"min_speedup": 0.0, "max_accuracy_drop": 100.0, "min_agreement": 0.0}
 from quantgate.stages.train.errors import ResumeMismatch
 
 # Every file name a pickle-based loader (paddle.load, pickle.load) or the .npz loader would open.
@@ -54,7 +58,7 @@ def forge(folder: Path, files: dict[str, bytes]) -> None:
 def finished(tmp_path_factory, tiny_config):
     """A store whose v1 trained one epoch; its checkpoint epoch-0001 is the one the tests forge."""
     root = tmp_path_factory.mktemp("store")
-    assert release(config=tiny_config(train={"epochs": 1}), store=str(root)) == "v1"
+    assert release(config=tiny_config(train={"epochs": 1}, gate=ANY_INT8), store=str(root)) == "v1"
     folder = root / "digits-cnn" / "versions" / "v1" / "checkpoints" / "train" / "epoch-0001"
     genuine = {entry.name: entry.read_bytes() for entry in folder.iterdir() if entry.name != "manifest.json"}
     return root, folder, genuine
@@ -68,7 +72,7 @@ def test_a_forged_checkpoint_carrying_a_pickle_is_never_unpickled(finished, tiny
     forge(folder, {**{name: genuine[name] for name in ("state.json", "steps.csv") if name in genuine},
                    **{name: payload for name in names}})
     with pytest.raises(ResumeMismatch, match="cannot resume from checkpoint epoch-0001|checkpoint epoch-0001 holds"):
-        release(config=tiny_config(train={"epochs": 2}), store=str(root), resume="v1")
+        release(config=tiny_config(train={"epochs": 2}, gate=ANY_INT8), store=str(root), resume="v1")
     assert not marker.exists(), "resuming unpickled a file of the forged checkpoint"
 
 

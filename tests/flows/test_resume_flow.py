@@ -9,12 +9,16 @@ from quantgate.artifacts import ArtifactNotFound, ArtifactStore
 from quantgate.cli import main
 from quantgate.flows.release import release
 
+# These tests are about checkpoints, not the INT8 gate: a one-epoch CNN's INT8 lost 1.1 points on an AVX2-only CPU
+# and its gate failed before a checkpoint was ever read (measured), so any INT8 passes here.
+ANY_INT8 = {"min_speedup": 0.0, "max_accuracy_drop": 100.0, "min_agreement": 0.0}
+
 
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory, tiny_config):
     root = tmp_path_factory.mktemp("store")
-    first = release(config=tiny_config(train={"epochs": 1}), store=str(root))
-    second = release(config=tiny_config(train={"epochs": 2}), store=str(root), resume=first)
+    first = release(config=tiny_config(train={"epochs": 1}, gate=ANY_INT8), store=str(root))
+    second = release(config=tiny_config(train={"epochs": 2}, gate=ANY_INT8), store=str(root), resume=first)
     return root, first, second
 
 
@@ -35,7 +39,7 @@ def test_the_new_version_continues_from_the_latest_checkpoint(resumed):
 def test_resume_of_an_unknown_version_creates_nothing(resumed, tiny_config):
     root, _, _ = resumed
     with pytest.raises(ArtifactNotFound, match="has no version v9"):
-        release(config=tiny_config(train={"epochs": 2}), store=str(root), resume="v9")
+        release(config=tiny_config(train={"epochs": 2}, gate=ANY_INT8), store=str(root), resume="v9")
     assert [info.version for info in ArtifactStore(root).versions("digits-cnn")] == ["v1", "v2"]
 
 
