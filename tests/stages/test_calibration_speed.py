@@ -5,10 +5,11 @@ import numpy as np
 import paddle
 import pytest
 from paddleslim.quant import quant_post_static
-from PIL import Image
 
-from quantgate.config import QuantizeConfig, validate_config
-from quantgate.stages.data import open_data, prepare_data
+from test_quantize_streaming import image_folder_and_cnn
+
+from quantgate.config import QuantizeConfig
+from quantgate.stages.data import open_data
 from quantgate.stages.quantize.calibration import Calibration, Statistics, _histogram
 from quantgate.stages.quantize.ptq import quantize_with_data
 from quantgate.stages.shared.static_graph import static_mode
@@ -138,21 +139,7 @@ def test_histograms_count_as_numpy_does_on_edge_values_constants_and_integers():
 
 def test_a_second_quantize_reuses_statistics_and_records_its_split(tmp_path):
     """quantize_with_data returns what it measured; given it back, it feeds no calibration batch at all."""
-    rng = np.random.RandomState(0)
-    for label in range(3):
-        (tmp_path / "images" / f"class_{label}").mkdir(parents=True)
-        for index in range(20):
-            pixels = np.clip(rng.randint(0, 90, (16, 16, 3)) + 80 * label, 0, 255).astype(np.uint8)
-            Image.fromarray(pixels, "RGB").save(tmp_path / "images" / f"class_{label}" / f"{index}.png")
-    config = validate_config({"data": {"dataset": "image_folder", "path": str(tmp_path / "images"), "num_workers": 0}})
-    (tmp_path / "data").mkdir()
-    prepare_data(config.data, tmp_path / "data")
-    data = open_data(tmp_path / "data")
-    paddle.seed(0)
-    model = build_model("digits_cnn", data.num_classes, data.input_shape)
-    model.eval()
-    paddle.jit.save(model, str(tmp_path / "export" / "model"),
-                    input_spec=[paddle.static.InputSpec([None, *data.input_shape], "float32", "image")])
+    data = open_data(image_folder_and_cnn(tmp_path, per_class=20) / "data")
     outs = [tmp_path / name for name in ("cold", "warm", "fresh")]
     for out in outs:
         out.mkdir()

@@ -23,14 +23,13 @@ from quantgate.stages.train.models import build_model
 CALIBRATION = QuantizeConfig(strategy="single", batch_size=8, batch_nums=2)
 
 
-@pytest.fixture(scope="module")
-def folder_data(tmp_path_factory):
-    """A 3-class folder of 16x16 RGB PNGs, its data stage output, and an FP32 digits CNN exported for it."""
-    root = tmp_path_factory.mktemp("streaming")
+def image_folder_and_cnn(root: Path, per_class: int = 40) -> Path:
+    """Under `root`: a 3-class folder of 16x16 RGB PNGs (`per_class` each), its data stage output, and an FP32
+    digits CNN exported for it; returns `root`."""
     rng = np.random.RandomState(0)
     for label in range(3):
         (root / "images" / f"class_{label}").mkdir(parents=True)
-        for index in range(40):
+        for index in range(per_class):
             pixels = np.clip(rng.randint(0, 90, (16, 16, 3)) + 80 * label, 0, 255).astype(np.uint8)
             Image.fromarray(pixels, "RGB").save(root / "images" / f"class_{label}" / f"{index}.png")
     config = validate_config({"data": {"dataset": "image_folder", "path": str(root / "images"), "num_workers": 0}})
@@ -43,6 +42,12 @@ def folder_data(tmp_path_factory):
     spec = paddle.static.InputSpec([None, *data.input_shape], "float32", "image")
     paddle.jit.save(model, str(root / "export" / "model"), input_spec=[spec])
     return root
+
+
+@pytest.fixture(scope="module")
+def folder_data(tmp_path_factory):
+    """A 3-class folder of 16x16 RGB PNGs, its data stage output, and an FP32 digits CNN exported for it."""
+    return image_folder_and_cnn(tmp_path_factory.mktemp("streaming"))
 
 
 def quantized(folder_data, name, num_workers):
