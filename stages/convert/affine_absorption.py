@@ -34,7 +34,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from quantgate.stages.convert.onnx_ops import drop_unused_initializers
+from quantgate.stages.convert.onnx_ops import copied_node, drop_unused_initializers
 
 # A rounded zero point shifts every value of the tensor the same way: unlike rounding noise, that offset adds up
 # coherently in the convolution that reads it (on PP-OCRv4's recognizer, absorbing every affine whatever its
@@ -192,7 +192,7 @@ def absorb_scalar_affines(model: onnx.ModelProto) -> AbsorbedAffines:
         node.input[0] = source
         result.before_quantize += 1
         result.max_zero_point_shift_steps = max(result.max_zero_point_shift_steps, abs(exact - round(exact)))
-    kept = [_copy(node) for node in nodes if id(node) not in removed]
+    kept = [copied_node(node) for node in nodes if id(node) not in removed]
     del model.graph.node[:]
     model.graph.node.extend(kept)
     drop_unused_initializers(model.graph)
@@ -242,12 +242,6 @@ def _refusal(a: float, zero_point: float, low: int, high: int) -> str | None:
     if abs(zero_point - round(zero_point)) > MAX_SHIFT_STEPS:
         return f"zero point {zero_point:.3f} is {abs(zero_point - round(zero_point)):.3f} steps from an integer"
     return None
-
-
-def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
-    copied = onnx.NodeProto()
-    copied.CopyFrom(node)
-    return copied
 
 
 def _affine_before(graph: _Graph, producers: dict[str, onnx.NodeProto], tensor: str) -> list[onnx.NodeProto]:

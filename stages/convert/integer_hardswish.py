@@ -25,6 +25,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from quantgate.stages.convert.onnx_ops import copied_node
+
 GRID = 255  # uint8 codes of the [0, 6] grid
 
 
@@ -71,7 +73,7 @@ def integer_hardswish(model: onnx.ModelProto) -> int:
     graph.initializer.extend(constant_initializers)
     kept = [three]
     for index, node in enumerate(nodes):
-        kept.extend(rewritten.get(index, [_copied(node)]))
+        kept.extend(rewritten.get(index, [copied_node(node)]))
     del graph.node[:]
     graph.node.extend(kept)
     return len(rewritten)
@@ -96,9 +98,3 @@ def _constants(graph: onnx.GraphProto) -> tuple[dict[str, str], list[onnx.Tensor
     three = helper.make_node("DequantizeLinear", [names["three_q"], names["three_step"], names["zero"]],
                              [names["three"]], name=names["three"])
     return names, initializers, three
-
-
-def _copied(node: onnx.NodeProto) -> onnx.NodeProto:
-    copied = onnx.NodeProto()
-    copied.CopyFrom(node)
-    return copied

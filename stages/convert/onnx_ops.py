@@ -17,6 +17,13 @@ INTEGER_OPS = ("QLinearConv", "QLinearMatMul", "QGemm", "ConvInteger", "MatMulIn
                "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "QLinearReduceMean")
 
 
+def copied_node(node: onnx.NodeProto) -> onnx.NodeProto:
+    """A detached copy of `node`, safe to keep after its graph's node list is cleared and rebuilt."""
+    copied = onnx.NodeProto()
+    copied.CopyFrom(node)
+    return copied
+
+
 def drop_unused_initializers(graph: onnx.GraphProto) -> None:
     """Remove the initializers no node or graph output reads (left behind by graph rewrites)."""
     used = {name for node in graph.node for name in node.input} | {output.name for output in graph.output}
