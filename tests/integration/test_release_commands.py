@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -61,6 +62,13 @@ def quantgate(store: ArtifactStore, *args: str) -> int:
     return main([*args, "--store", str(store.root)])
 
 
+def failed_criteria(message: str, decided_by: str) -> set[str]:
+    """The criteria a refusal names after `decided_by: failed ` (INT8 numerics vary by CPU, so others may join)."""
+    found = re.search(re.escape(decided_by) + r": failed ([a-z0-9_, ]+)", message)
+    assert found, f"no '{decided_by}: failed ...' in {message!r}"
+    return set(found.group(1).split(", "))
+
+
 def release_moves(store: ArtifactStore) -> list[tuple]:
     return [(e["from"], e["to"], e["action"]) for e in store.audit_log(MODEL) if e["alias"] == "release"]
 
@@ -70,7 +78,9 @@ def test_a_failed_version_is_refused_then_released_after_deciding_it_again(store
     frozen = {path: path.read_bytes() for path in (v2 / "version.json", v2 / "gate" / "gate.json")}
 
     assert quantgate(store, "promote", "v2") == 1
-    assert "refusing to promote digits-cnn/v2 to release: the run's gate: failed int8_top1_pct" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "refusing to promote digits-cnn/v2 to release" in err
+    assert "int8_top1_pct" in failed_criteria(err, "the run's gate")
     assert store.alias(MODEL, "release") == "v3" and release_moves(store)[-1] == ("v1", "v3", "set")
 
     assert quantgate(store, "gate", "v2", "--set", "gate.min_int8_accuracy=0") == 0
@@ -108,7 +118,8 @@ def test_a_stricter_policy_fails_and_blocks_promotion(store, tmp_path, capsys):
     assert "(must be >= 1000) FAILED" in capsys.readouterr().out
     moves = release_moves(store)
     assert quantgate(store, "promote", "v3") == 1
-    assert "decision 1 (quantgate gate): failed speedup" in capsys.readouterr().err
+    # An AVX2-only CPU also loses INT8 accuracy, so the drop criteria may fail beside speedup.
+    assert "speedup" in failed_criteria(capsys.readouterr().err, "decision 1 (quantgate gate)")
     assert release_moves(store) == moves
 
 
@@ -181,5 +192,5 @@ def test_the_console_script_exits_1_on_a_failed_decision_and_a_refused_promotion
     assert decided.returncode == 1 and "digits-cnn/v2: gate FAILED (decided again)" in decided.stdout
     refused = run("promote", "v2")
     assert refused.returncode == 1
-    assert "quantgate: refusing to promote digits-cnn/v2 to release: decision 2 (quantgate gate): failed int8_top1_pct" \
-        in refused.stderr
+    assert "quantgate: refusing to promote digits-cnn/v2 to release" in refused.stderr
+    assert "int8_top1_pct" in failed_criteria(refused.stderr, "decision 2 (quantgate gate)")
