@@ -189,6 +189,11 @@ class SearchConfig(Section):
     timeout_s: float = Field(1800, gt=0, description="Wall-clock budget of the search; no trial starts after it.")
     max_float_layers: int = Field(8, ge=0, description="Layers the search may leave in FP32 at most.")
     latency_repeats: int = Field(30, ge=3, le=10_000, description="Timed runs per trial's INT8 model (median kept).")
+    trial_calibration_samples: int | None = Field(
+        256, ge=1, description="Calibration samples each trial calibrates on at most (spread evenly); the kept "
+        "recipe is then calibrated once more on quantize's own setting. null: every trial uses quantize's setting; "
+        "ignored when quantize.batch_nums is set.",
+    )
 
 
 class QuantizeConfig(Section):
@@ -212,6 +217,11 @@ class QuantizeConfig(Section):
     )
     skip_tensors: tuple[str, ...] = Field(
         (), description="Weight names (e.g. 'conv2d_0.w_0') whose layers PaddleSlim leaves in float."
+    )
+    equalize_depthwise_inputs: bool = Field(
+        True, description="Before calibrating, rescale each BatchNorm output that only a depthwise conv reads, "
+        "channel by channel (the conv's filter takes the inverse), so one INT8 grid fits every channel; "
+        "the model's function is unchanged.",
     )
     search: SearchConfig = Field(default_factory=SearchConfig, description="Budget and recipes of strategy 'search'.")
 

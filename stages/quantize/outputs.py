@@ -13,6 +13,7 @@ OUTPUTS = StageOutputs(
     optional_files=(SEARCH_FILE,),
     metrics=("algo", "recipe", "skip_tensors", "calibration_batches", "calibration_samples",
              "calibration_forward_batches", "calibration_forward_s", "calibration_statistics_s",
-             "calibration_statistics_reused", "quantize_linear_ops", "dequantize_linear_ops", "fp32_ops", "int8_ops",
+             "calibration_statistics_reused", "equalized_tensors", "quantize_linear_ops", "dequantize_linear_ops",
+             "fp32_ops", "int8_ops",
              SEARCH),
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import tempfile
 import time
 from contextlib import closing
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from quantgate.errors import BadInput
 from quantgate.stages.data.reading import StoredData, open_data
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE  # the INT8 model keeps the FP32 file names
 from quantgate.stages.quantize.calibration import STATISTIC_ALGOS, Calibration, Statistics
+from quantgate.stages.quantize.equalization import depthwise_inputs, equalized_copy
 from quantgate.stages.shared.errors import StageError
 from quantgate.stages.shared.progress import Progress
 from quantgate.stages.shared.static_graph import load_program, op_counts, static_mode
@@ -113,8 +115,18 @@ def quantize_with_data(
     log.info("quantize: PaddleSlim %s calibration on %d batches of %d samples", config.algo, batches, config.batch_size)
     fed: list[list[int]] = []  # [batches, samples] fed in each calibration pass
 
-    with static_mode():
+    with static_mode(), tempfile.TemporaryDirectory(prefix="quantgate-equalized-") as scratch:
         fp32 = load_program(Path(model_dir) / Path(model_file).stem)
+        fp32_ops = op_counts(fp32.program)
+        equalized = []
+        if config.equalize_depthwise_inputs and depthwise_inputs(fp32.program):
+            with closing(data.fetch("calibration", chunks, num_workers)) as stream:
+                equalized = equalized_copy(fp32, (images for images, _ in stream), Path(scratch) / "model")
+        if equalized:  # PaddleSlim calibrates the rescaled copy; the export stays as it was
+            model_dir, model_file, params_file = scratch, "model.pdmodel", "model.pdiparams"
+            log.info("quantize: %s rescaled channel by channel for its depthwise conv (channel ranges %s apart)",
+                     ", ".join(e.tensor for e in equalized),
+                     ", ".join(f"{e.range_ratio_before:.0f}x" for e in equalized))
 
         def calibration_feed():  # PaddleSlim iterates it once per calibration pass ('hist' and 'KL' make two)
             fed.append([0, 0])
@@ -173,7 +185,8 @@ def quantize_with_data(
             "calibration_statistics_reused": statistics is not None,
             "quantize_linear_ops": counts.get("quantize_linear", 0),
             "dequantize_linear_ops": counts.get("dequantize_linear", 0),
-            "fp32_ops": op_counts(fp32.program),
+            "equalized_tensors": [e.record() for e in equalized],
+            "fp32_ops": fp32_ops,
             "int8_ops": counts,
         },
         statistics=quantizer.statistics if timed else None,
