@@ -22,6 +22,15 @@ If none passes, the trial closest to FP32 is kept and the search says so: the ga
 it (`search_validation`), whatever the test split says. PaddleSlim calibrations and rankings
 are cached by content digest, so a rerun with the same inputs recomputes neither.
 
+Trials calibrate on at most `quantize.search.trial_calibration_samples` rows, spread evenly over the
+calibration split (on PP-OCRv4's recognizer a cold calibration costs ~1 s per line here). If that is
+fewer than quantize's own setting calibrates on, the kept trial's recipe and FP32 layers are
+calibrated once more on the full set and judged like a trial (phase "final"); that model is written
+if it passes. If it misses where the subset model passed, the subset model is written and the
+record and log say so; if neither passes, the one closer to FP32. The final calibration is not a
+trial: `max_trials` and `timeout_s` bound the search, and do not stop the final step. With
+`quantize.batch_nums` set, every trial calibrates on those batches and there is no final step.
+
 This module runs the phases; a trial and the budget are in `trials`, the ranking and estimates of
 phase 2 in `fallback_ranking`, and what the search reports in `search_record`.
 """
@@ -39,7 +48,12 @@ from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.quantize.fallback_ranking import FallbackRanking
 from quantgate.stages.quantize.outputs import SEARCH
 from quantgate.stages.quantize.ptq import QuantizationError, QuantizeResult
-from quantgate.stages.quantize.search_record import SearchOutcome, search_summary, write_search_record
+from quantgate.stages.quantize.search_record import (
+    FinalCalibration,
+    SearchOutcome,
+    search_summary,
+    write_search_record,
+)
 from quantgate.stages.quantize.trials import (
     CALIBRATION_METRICS,
     Cache,
@@ -59,6 +73,9 @@ def search_quantization(
 ) -> QuantizeResult:
     """Run the search and write the kept PaddleSlim model and `search.json` to `out_dir`.
 
+    The model written is the kept recipe calibrated on quantize's own rows (see the module's docstring);
+    the manifest's calibration metrics are that model's.
+
     `data_dir`: the data stage's folder; its calibration and validation splits are streamed, decoded by
     `num_workers` processes for image folders (0: in this process).
 
@@ -71,15 +88,36 @@ def search_quantization(
         runner = TrialRunner(config, policy, evaluate_config, model_dir, data_dir, Path(scratch), cache, num_workers)
         outcome = _run(runner)
         kept = kept_trial(runner.trials)
+        final = None if (trial := runner.final_trial(kept)) is None else written_model(kept, trial)
+        written = kept if final is None else final.written
         for name in (MODEL_FILE, PARAMS_FILE):
-            shutil.copy2(kept.folder / name, Path(out_dir) / name)
-        calibration = json.loads((kept.folder / CALIBRATION_METRICS).read_text())
-    summary = search_summary(config, runner, kept, outcome)
-    write_search_record(out_dir, summary, policy, outcome, runner.trials)
-    log.info("search: %s after %d trials in %.0f s (%s); kept trial %d with %d FP32 layers",
-             "passed" if kept.passed else "found nothing passing", len(runner.trials), summary["wall_s"],
-             outcome.stopped, kept.index, len(kept.float_layers))
+            shutil.copy2(written.folder / name, Path(out_dir) / name)
+        calibration = json.loads((written.folder / CALIBRATION_METRICS).read_text())  # the written model's
+    summary = search_summary(config, runner, kept, outcome, final)
+    write_search_record(out_dir, summary, policy, outcome, runner.trials, final)
+    log.info("search: %s after %d trials in %.0f s (%s); kept trial %d with %d FP32 layers, calibrated on %d samples",
+             "passed" if written.passed else "found nothing passing", len(runner.trials), summary["wall_s"],
+             outcome.stopped, kept.index, len(kept.float_layers), written.calibration_samples)
+    if final is not None and final.trial.passed:
+        log.info("search: %s", final.note)
+    elif final is not None:  # the full set, as configured, did worse than the rows the search judged
+        log.warning("search: %s", final.note)
     return QuantizeResult(MODEL_FILE, PARAMS_FILE, {**calibration, SEARCH: summary})
+
+
+def written_model(kept: Trial, final: Trial) -> FinalCalibration:
+    """Which model the stage writes: the full-set `final` if it passes, else the subset `kept` if that passed,
+    else the one closer to FP32."""
+    full = f"the full-set calibration ({final.calibration_samples} samples)"
+    subset = f"the trials' calibration ({kept.calibration_samples} samples)"
+    if final.passed:
+        return FinalCalibration(final, final, f"{full} passes the policy and is written")
+    if kept.passed:
+        return FinalCalibration(final, kept, f"{full} MISSES the policy where {subset} passed "
+                                             f"({'; '.join(final.failures)}); {subset} is written instead")
+    closer = min((final, kept), key=closest_to_fp32)
+    return FinalCalibration(final, closer, f"neither {full} nor {subset} passes; "
+                                           f"{full if closer is final else subset} is closer to FP32 and written")
 
 
 def _run(runner: TrialRunner) -> SearchOutcome:

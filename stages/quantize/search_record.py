@@ -21,6 +21,18 @@ class SearchOutcome:
     estimates: list[dict] = field(default_factory=list)  # fall-back sets scored without a PaddleSlim run
 
 
+@dataclass(frozen=True)
+class FinalCalibration:
+    """The kept trial's recipe calibrated once more on the full calibration set, and which model the stage wrote."""
+
+    trial: Trial  # phase "final"
+    written: Trial  # `trial`, or the kept trial when the full-set model is the worse one
+    note: str  # why that one was written
+
+    def record(self) -> dict:
+        return {**self.trial.record(), "written": self.written is self.trial, "note": self.note}
+
+
 def layer_costs(trials: list[Trial], kept: Trial) -> list[dict]:
     """Per FP32 layer of the kept trial: what it costs in speed, against the trial that had it in INT8.
 
@@ -45,12 +57,18 @@ def layer_costs(trials: list[Trial], kept: Trial) -> list[dict]:
     return costs
 
 
-def search_summary(config: QuantizeConfig, runner: TrialRunner, kept: Trial, outcome: SearchOutcome) -> dict:
-    """The search in the quantize manifest: the kept trial, the budget, and how the search got there."""
+def search_summary(config: QuantizeConfig, runner: TrialRunner, kept: Trial, outcome: SearchOutcome,
+                   final: FinalCalibration | None = None) -> dict:
+    """The search in the quantize manifest: the kept trial, the budget, and how the search got there.
+
+    `passed`, `validation` and `speedup_int8_vs_fp32` are the written model's: the full-set one's
+    when `final` wrote it. `kept_trial`, `recipe` and `float_layers` are what the search chose.
+    """
     trials = runner.trials
+    written = kept if final is None else final.written
     return {
         "strategy": "search",
-        "passed": kept.passed,
+        "passed": written.passed,
         "stopped": outcome.stopped,
         "kept_trial": kept.index,
         "trials": len(trials),
@@ -59,8 +77,13 @@ def search_summary(config: QuantizeConfig, runner: TrialRunner, kept: Trial, out
         "recipe": kept.recipe,
         "float_layers": kept.float_layers,
         "float_layer_costs": layer_costs(trials, kept),
-        "validation": kept.validation,
-        "speedup_int8_vs_fp32": kept.speedup_int8_vs_fp32,
+        "validation": written.validation,
+        "speedup_int8_vs_fp32": written.speedup_int8_vs_fp32,
+        "trial_calibration_samples": kept.calibration_samples,
+        "final_calibration": None if final is None else {
+            "calibration_samples": final.trial.calibration_samples, "calibration_s": final.trial.calibration_s,
+            "seconds": final.trial.seconds, "calibration_cached": final.trial.calibration_cached,
+            "passed": final.trial.passed, "written": final.written is final.trial, "note": final.note},
         "first_trial": {"passed": trials[0].passed, "validation": trials[0].validation},
         "calibrations_from_cache": sum(trial.calibration_cached for trial in trials),
         "failed_recipes": runner.failed_recipes,
@@ -70,9 +93,10 @@ def search_summary(config: QuantizeConfig, runner: TrialRunner, kept: Trial, out
 
 
 def write_search_record(out_dir: Path, summary: dict, policy: GatePolicy, outcome: SearchOutcome,
-                        trials: list[Trial]) -> None:
-    """`search.json`: the summary plus the policy, the ranking, every estimate and every trial."""
+                        trials: list[Trial], final: FinalCalibration | None = None) -> None:
+    """`search.json`: the summary plus the policy, the ranking, every estimate, every trial and the final one."""
     record = {**summary, "policy": policy.model_dump(mode="json"), "ranking": outcome.ranking,
               "fallback_estimates_detail": outcome.estimates,
-              "trials_detail": [trial.record() for trial in trials]}
+              "trials_detail": [trial.record() for trial in trials],
+              "final_calibration_detail": None if final is None else final.record()}
     (Path(out_dir) / SEARCH_FILE).write_text(json.dumps(record, sort_keys=True, indent=2, allow_nan=False) + "\n")

@@ -7,6 +7,11 @@ trial that repeats one (in this search, or from the cache of an earlier run) cos
 What a calibration measures on the FP32 activations (`calibration.Statistics`) is keyed apart, by
 the model, the rows and the batch size only: a trial that differs in hist_percent, bias_correction,
 weight_quantize_type or skip_tensors ('hist', 'KL', 'abs_max', 'avg') reuses it and runs no forward pass.
+
+Trials calibrate on at most `quantize.search.trial_calibration_samples` rows (`trial_settings`); the
+final calibration of the kept recipe (`final_trial`) uses quantize's own setting. The row count is
+set by max_calibration_samples, which both digests hold, so neither calibration nor statistics are
+ever taken for the other's.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from quantgate.stages.evaluate.latency import measure
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.quantize.calibration import STATISTIC_ALGOS, Statistics
 from quantgate.stages.quantize.layer_sensitivity import lowered_model
-from quantgate.stages.quantize.ptq import QuantizationError, quantize_with_data
+from quantgate.stages.quantize.ptq import QuantizationError, calibration_batches, calibration_rows, quantize_with_data
 from quantgate.stages.quantize.validation_check import ValidationCheck, policy_failures
 from quantgate.stages.shared.progress import live
 
@@ -37,9 +42,10 @@ log = logging.getLogger(__name__)
 CALIBRATION_METRICS = "calibration.json"
 # What decides a PaddleSlim calibration besides the model and the images.
 CALIBRATION_FIELDS = ("algo", "hist_percent", "bias_correction", "weight_quantize_type",
-                      "batch_size", "batch_nums", "max_calibration_samples", "skip_tensors")
+                      "batch_size", "batch_nums", "max_calibration_samples", "skip_tensors",
+                      "equalize_depthwise_inputs")
 # What decides the statistics calibrations measure, besides the model and the images (the rows and batches).
-STATISTICS_FIELDS = ("batch_size", "batch_nums", "max_calibration_samples")
+STATISTICS_FIELDS = ("batch_size", "batch_nums", "max_calibration_samples", "equalize_depthwise_inputs")
 STATISTICS_FORMAT = "quantgate-calibration-statistics-1"  # the sampled tensors, bins and file layout
 
 
@@ -54,7 +60,7 @@ class Cache(Protocol):
 @dataclass
 class Trial:
     index: int
-    phase: str  # "recipe", "fall-back" or "restore"
+    phase: str  # "recipe", "fall-back", "restore", or "final" (the kept recipe on the full calibration set)
     recipe: dict
     float_layers: list[str]
     validation: dict
@@ -66,6 +72,8 @@ class Trial:
     seconds: float
     calibration_cached: bool
     calibration_digest: str
+    calibration_samples: int  # the calibration rows its model was calibrated on
+    calibration_s: float  # of `seconds`, the calibration's (near 0 from the cache)
     statistics_reused: bool  # its calibration started from an earlier one's statistics (at most one pass left)
     folder: Path = field(repr=False)  # PaddleSlim's model
     paddle2onnx_file: Path = field(repr=False)  # its conversion, before the lowering
@@ -101,6 +109,24 @@ def _files_digest(*paths: Path) -> str:
     return content_digest(*(Path(path).read_bytes() for path in paths))
 
 
+def calibrated_samples(samples: int, config: QuantizeConfig) -> int:
+    """How many of a `samples`-row calibration split `config` calibrates on (batch_nums null)."""
+    return len(calibration_rows(samples, calibration_batches(samples, config) * config.batch_size))
+
+
+def trial_settings(config: QuantizeConfig, samples: int) -> QuantizeConfig:
+    """`config` as the search's trials calibrate: on at most `search.trial_calibration_samples` of `samples` rows.
+
+    `config` itself when that is no fewer rows than it calibrates on anyway, when batch_nums is set
+    (the user chose the batches), or when the split is empty (the first trial then says so).
+    """
+    wanted = config.search.trial_calibration_samples
+    if wanted is None or config.batch_nums is not None or samples <= 0:
+        return config
+    fewer = config.model_copy(update={"max_calibration_samples": wanted})
+    return fewer if calibrated_samples(samples, fewer) < calibrated_samples(samples, config) else config
+
+
 def _recipe_record(settings: QuantizeConfig) -> dict:
     """The recipe fields of `settings`, every one set (a QuantizeRecipe built from it reproduces them)."""
     return {name: getattr(settings, name) for name in QuantizeRecipe.model_fields}
@@ -111,7 +137,8 @@ class TrialRunner:
 
     def __init__(self, config: QuantizeConfig, policy: GatePolicy, evaluate_config: EvaluateConfig,
                  model_dir: Path, data_dir: Path, scratch: Path, cache: Cache | None, num_workers: int = 0):
-        self.config, self.policy, self.budget = config, policy, config.search
+        # `config`: the settings the stage writes with (`full_config`); trials use `self.config`, on fewer rows.
+        self.full_config, self.policy, self.budget = config, policy, config.search
         self.model_dir, self.scratch, self.cache = Path(model_dir), scratch, cache
         self.started = time.monotonic()
         self.trials: list[Trial] = []
@@ -119,6 +146,7 @@ class TrialRunner:
         # Calibration and validation images are streamed from the data stage's folder by every trial;
         # only the latency batch is held.
         self.data, self.num_workers = open_data(data_dir), num_workers
+        self.config = trial_settings(config, self.data.size("calibration"))
         self.fp32_onnx = scratch / "fp32.onnx"
         to_onnx(self.model_dir / MODEL_FILE, self.model_dir / PARAMS_FILE, self.fp32_onnx)
         self.check = ValidationCheck(self.fp32_onnx, self.data, evaluate_config.threads, evaluate_config.batch_size,
@@ -208,10 +236,29 @@ class TrialRunner:
                 statistics.save(staging, with_histograms=statistics.histograms is not None)
 
     def run_trial(self, phase: str, recipe_settings: QuantizeConfig, float_layers: tuple[str, ...]) -> Trial:
+        """One trial of the budget: `recipe_settings` with `float_layers` in FP32, calibrated, lowered and judged."""
+        trial = self._judged(len(self.trials) + 1, phase, recipe_settings.with_recipe(QuantizeRecipe(), float_layers),
+                             float_layers)
+        self.trials.append(trial)
+        return trial
+
+    def final_trial(self, kept: Trial) -> Trial | None:
+        """`kept`'s recipe and FP32 layers calibrated on quantize's own rows and judged like a trial.
+
+        None when the trials calibrated on those rows already. It is not one of `trials` and the
+        budget does not stop it: the stage's output must be calibrated as the user configured it.
+        """
+        if self.config is self.full_config:
+            return None
+        settings = self.full_config.with_recipe(QuantizeRecipe(**kept.recipe), tuple(kept.float_layers))
+        return self._judged(len(self.trials) + 1, "final", settings, tuple(kept.float_layers))
+
+    def _judged(self, index: int, phase: str, settings: QuantizeConfig, float_layers: tuple[str, ...]) -> Trial:
         started = time.monotonic()
-        settings = recipe_settings.with_recipe(QuantizeRecipe(), float_layers)
         calibration, digest, cached = self.calibrate(settings)
-        folder = self.scratch / f"trial-{len(self.trials) + 1:03d}"
+        calibration_s = time.monotonic() - started
+        calibrated = json.loads((calibration / CALIBRATION_METRICS).read_text())
+        folder = self.scratch / f"trial-{index:03d}"
         folder.mkdir()
         raw = lowered_model(calibration, folder / "int8.onnx")
         validation = self.check.score(folder / "int8.onnx")
@@ -221,16 +268,16 @@ class TrialRunner:
                    "latency_ms_p50_fp32": latency["fp32"]["p50"], "latency_ms_p50_int8": latency["int8"]["p50"]}
         failures = policy_failures(self.policy, metrics)
         trial = Trial(
-            index=len(self.trials) + 1, phase=phase, recipe=_recipe_record(settings), float_layers=list(float_layers),
+            index=index, phase=phase, recipe=_recipe_record(settings), float_layers=list(float_layers),
             validation=validation, passed=not failures, failures=failures,
             latency_ms_p50_fp32=latency["fp32"]["p50"], latency_ms_p50_int8=latency["int8"]["p50"],
             speedup_int8_vs_fp32=metrics["speedup_int8_vs_fp32"], seconds=time.monotonic() - started,
-            calibration_cached=cached, calibration_digest=digest, folder=calibration, paddle2onnx_file=raw,
-            statistics_reused=bool(json.loads((calibration / CALIBRATION_METRICS).read_text())
-                                   .get("calibration_statistics_reused")),
+            calibration_cached=cached, calibration_digest=digest, calibration_samples=calibrated["calibration_samples"],
+            calibration_s=calibration_s, statistics_reused=bool(calibrated.get("calibration_statistics_reused")),
+            folder=calibration, paddle2onnx_file=raw,
         )
-        self.trials.append(trial)
-        live(log, "search trial %d (%s, %s, %d FP32 layers): drop %.2f pts, agreement %.4f, %.2fx -> %s",
-                  trial.index, phase, trial.recipe["algo"], len(float_layers), validation["accuracy_drop_pts"],
-                  validation["agreement"], trial.speedup_int8_vs_fp32, "passes" if trial.passed else "misses")
+        live(log, "search %s (%s, %s, %d FP32 layers, %d samples): drop %.2f pts, agreement %.4f, %.2fx -> %s",
+             "final calibration" if phase == "final" else f"trial {index}", phase, trial.recipe["algo"],
+             len(float_layers), trial.calibration_samples, validation["accuracy_drop_pts"], validation["agreement"],
+             trial.speedup_int8_vs_fp32, "passes" if trial.passed else "misses")
         return trial

@@ -136,7 +136,7 @@ def test_a_search_that_finds_nothing_keeps_the_best_trial_and_the_gate_fails_it(
 def test_a_recipe_that_changes_only_hist_percent_reuses_the_first_calibrations_statistics(broken_export, stage_dirs,
                                                                                           tmp_path):
     result = run_search(broken_export, stage_dirs, tmp_path / "out", recipes=[{}, {"hist_percent": 0.999}],
-                        max_float_layers=0)
+                        max_float_layers=0, trial_calibration_samples=None)  # the kept trial's model is written
     trials = json.loads((tmp_path / "out" / SEARCH_FILE).read_text())["trials_detail"]
     assert [trial["recipe"]["hist_percent"] for trial in trials] == [0.9999, 0.999]
     assert [trial["statistics_reused"] for trial in trials] == [False, True]
