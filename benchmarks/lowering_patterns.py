@@ -9,7 +9,9 @@ convert stage's lowering is run again with its backbone rewrites switched on one
   paddle2onnx_int8     paddle2onnx's QDQ model of the PaddleSlim program, as onnxruntime gets it
   lowered_plain        the lowering without the backbone rewrites (the lowering before issue 26)
   + affines            scalar affines (PP-LCNetV3's learnable affine blocks) folded into the grids beside them
-  + integer_hardswish  HardSwish as QLinearAdd + QLinearMul (the convert stage's default)
+  + integer_hardswish  HardSwish as QLinearAdd + QLinearMul (the convert stage's default on VNNI/AMX CPUs)
+  + 7-bit weights      conv/matmul weights in [-64, 63] (the default on x86 CPUs without VNNI/AMX, whose
+                       u8 x s8 kernels saturate with 8-bit weights: convert/weight_range.py)
   ort_quantize_static  peer: onnxruntime's own quantize_static (QDQ, per channel, u8/s8, MinMax), same lines
 
 Each runs in onnxruntime (2 threads) at batch 1 and 16, timed round by round against the step before it
@@ -43,7 +45,8 @@ from quantgate.stages.evaluate.forms import ModelForm, open_runner  # noqa: E402
 
 STEPS = (("lowered_plain", {"absorb_affines": False, "hardswish_in_integers": False}),
          ("+ affines", {"absorb_affines": True, "hardswish_in_integers": False}),
-         ("+ integer_hardswish", {"absorb_affines": True, "hardswish_in_integers": True}))
+         ("+ integer_hardswish", {"absorb_affines": True, "hardswish_in_integers": True}),
+         ("+ 7-bit weights", {"absorb_affines": True, "hardswish_in_integers": True, "weight_bits": 7}))
 SHOWN_OPS = ("QLinearConv", "QLinearAdd", "QLinearMul", "QuantizeLinear", "DequantizeLinear", "Mul", "Add",
              "HardSigmoid")
 
@@ -53,7 +56,7 @@ def variants(folders: dict, work: Path, data) -> tuple[dict[str, Path], dict]:
     files = {"ort_fp32": convert / FP32_FILE, "paddle2onnx_int8": convert / PADDLE2ONNX_INT8_FILE}
     lowering = {}
     for name, switches in STEPS:
-        files[name] = work / f"{name.strip('+ ')}.onnx"
+        files[name] = work / f"{name.strip('+ ').replace(' ', '_')}.onnx"
         metrics = lower_int8(convert / PADDLE2ONNX_INT8_FILE, files[name], paddle_model_prefix=paddle_prefix,
                              **switches).metrics
         lowering[name] = {"absorbed_affines": metrics["absorbed_affines"],

@@ -28,6 +28,7 @@ from quantgate.flows.stage_logs import library_output, stage_lines, stage_logs_t
 from quantgate.flows.warm_start import INIT_DIGEST, WarmStart, read_init_weights
 from quantgate.stages.convert import convert
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, OPSET, PADDLE2ONNX_INT8_FILE
+from quantgate.stages.convert.weight_range import WeightBits, onnxruntime_weight_bits
 from quantgate.stages.data import (
     BoxPlan,
     FolderPlan,
@@ -41,6 +42,7 @@ from quantgate.stages.data import (
 from quantgate.stages.data.locations import data_roots, without_locations
 from quantgate.stages.data.outputs import READ_FROM, SAMPLES_CALIBRATION
 from quantgate.stages.evaluate import evaluate
+from quantgate.stages.evaluate.cpu import cpu_record
 from quantgate.stages.export import export, export_program
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.duel.outputs import PAIRED_SAMPLES, PROBLEM, RELEASE_SCORING_S, STATUS
@@ -278,14 +280,16 @@ def quantize_task(
     policy, evaluate_config = policy or GatePolicy(), evaluate_config or EvaluateConfig()
     store = open_store(store_root)
     # The search's verdict depends on the policy it was judged by: it is part of the stage's config.
+    weight_bits = this_cpus_weight_bits()  # the trials are lowered as the convert stage will lower them here
     stage_config = {**config.model_dump(mode="json"), "policy": policy.model_dump(mode="json"),
-                    "evaluate": evaluate_config.model_dump(mode="json")}
+                    "evaluate": evaluate_config.model_dump(mode="json"), "int8_weight_bits": weight_bits.bits}
     # Keyed by the code version too (an edit to the search makes earlier entries unreachable); --no-reuse uses none.
     cache = store.cache("quantize-search", salt=code_digest("quantize")) if reuse else None
     ref = run_stage(
         store_root, version, "quantize", stage_config, {"export": exported, "data": data},
         lambda dirs, out: search_quantization(config, policy, evaluate_config, dirs["export"],
-                                              dirs["data"], out, cache=cache, num_workers=num_workers),
+                                              dirs["data"], out, cache=cache, num_workers=num_workers,
+                                              weight_bits=weight_bits.bits),
         reuse,
     )
     search = search_summary(store, ref)
@@ -300,11 +304,21 @@ def quantize_task(
 @task(name="convert", **STAGE_TASK)
 def convert_task(store_root: str, version: VersionRef, exported: StageRef, quantized: StageRef,
                  reuse: bool = True) -> StageRef:
-    """paddle2onnx for both models, then INT8 lowered to onnxruntime's integer kernels."""
+    """paddle2onnx for both models, then INT8 lowered to onnxruntime's integer kernels (7-bit weights on a CPU
+    whose INT8 kernels saturate with 8: `weight_range`)."""
+    weight_bits = this_cpus_weight_bits()
+    if weight_bits.bits != 8:
+        get_run_logger().info("convert: INT8 weights in %d bits: %s", weight_bits.bits, weight_bits.why)
     return run_stage(
-        store_root, version, "convert", {"opset": OPSET}, {"export": exported, "quantize": quantized},
-        lambda dirs, out: convert(dirs["export"], dirs["quantize"], MODEL_FILE, PARAMS_FILE, out), reuse,
+        store_root, version, "convert", {"opset": OPSET, "int8_weight_bits": weight_bits.bits},
+        {"export": exported, "quantize": quantized},
+        lambda dirs, out: convert(dirs["export"], dirs["quantize"], MODEL_FILE, PARAMS_FILE, out, weight_bits), reuse,
     )
+
+
+def this_cpus_weight_bits() -> WeightBits:
+    """How many bits the INT8 weights keep for onnxruntime on this machine's CPU."""
+    return onnxruntime_weight_bits(cpu_record()["flags"])
 
 
 @task(name="evaluate", **STAGE_TASK)

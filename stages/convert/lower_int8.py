@@ -54,6 +54,7 @@ from quantgate.stages.convert.paddle_quantization import (
     read_paddle_quantization,
 )
 from quantgate.stages.convert.scale_propagation import PropagatedScales, propagate_scales
+from quantgate.stages.convert.weight_range import reduce_weight_range
 
 UINT8_ZERO_POINT = 128  # Paddle's symmetric int8, shifted into the uint8 range x86 kernels are fastest on
 
@@ -174,7 +175,7 @@ class LoweringResult:
 
 def lower_int8(
     raw_int8_onnx: Path, out_onnx: Path, fold_activations: bool = True, paddle_model_prefix: Path | None = None,
-    absorb_affines: bool = True, hardswish_in_integers: bool = True,
+    absorb_affines: bool = True, hardswish_in_integers: bool = True, weight_bits: int = 8,
 ) -> LoweringResult:
     """Re-encode paddle2onnx's INT8 model (PaddleSlim's scales) as uint8/int8 QDQ onnxruntime fuses.
 
@@ -185,7 +186,8 @@ def lower_int8(
     chains run at integer speed. `paddle_model_prefix`, the PaddleSlim model paddle2onnx converted,
     supplies the scales of linear layers paddle2onnx dropped (see `paddle_program_scales`).
     `absorb_affines` and `hardswish_in_integers` switch the two backbone rewrites (on by default; off
-    only to measure what each gains).
+    only to measure what each gains). `weight_bits=7` requantizes the conv/matmul weights to [-64, 63] for
+    CPUs whose u8 x s8 kernels saturate (`weight_range.onnxruntime_weight_bits` decides it for a CPU).
 
     Raises:
         ConversionError: the model's Q/DQ pattern is not understood, or onnxruntime's quantizer
@@ -193,7 +195,7 @@ def lower_int8(
     """
     program_scales = paddle_program_scales(paddle_model_prefix) if paddle_model_prefix is not None else None
     return lower_int8_model(onnx.load(str(raw_int8_onnx)), out_onnx, program_scales, fold_activations,
-                            Path(raw_int8_onnx).name, absorb_affines, hardswish_in_integers)
+                            Path(raw_int8_onnx).name, absorb_affines, hardswish_in_integers, weight_bits)
 
 
 def _with_propagated_scales(quantization: PaddleQuantization) -> tuple[PaddleQuantization, PropagatedScales]:
@@ -277,7 +279,8 @@ def _lowering_metrics(quantization: PaddleQuantization, propagated: PropagatedSc
 
 def lower_int8_model(raw: onnx.ModelProto, out_onnx: Path, program_scales: WeightScales | None = None,
                      fold_activations: bool = True, name: str = "the model",
-                     absorb_affines: bool = True, hardswish_in_integers: bool = True) -> LoweringResult:
+                     absorb_affines: bool = True, hardswish_in_integers: bool = True,
+                     weight_bits: int = 8) -> LoweringResult:
     """`lower_int8` on a loaded paddle2onnx model and PaddleSlim's program scales (`paddle_program_scales`)."""
     quantization, propagated = _with_propagated_scales(read_paddle_quantization(raw, program_scales))
     folded = set(folded_activations(quantization)) if fold_activations else set()
@@ -294,6 +297,9 @@ def lower_int8_model(raw: onnx.ModelProto, out_onnx: Path, program_scales: Weigh
                                      {output: producers[output] for output in folded},
                                      {init.name: init for init in float_graph.initializer})
     shielded = shield_from_weight_quantization(lowered)
+    if weight_bits not in (7, 8):
+        raise ValueError(f"weight_bits must be 7 or 8, not {weight_bits!r}")
+    reduced = reduce_weight_range(lowered) if weight_bits == 7 else 0
     onnx.save(lowered, str(out_onnx))
     try:
         onnx.checker.check_model(lowered, full_check=True)
@@ -302,4 +308,5 @@ def lower_int8_model(raw: onnx.ModelProto, out_onnx: Path, program_scales: Weigh
     metrics = _lowering_metrics(quantization, propagated, lowered, out_onnx, folded, float_inputs, shielded)
     metrics["absorbed_affines"] = absorbed.as_metrics() if absorbed is not None else None
     metrics["integer_hardswish"] = hardswishes
+    metrics["weight_bits"], metrics["reduced_range_weights"] = weight_bits, reduced
     return LoweringResult(metrics=metrics)

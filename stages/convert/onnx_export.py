@@ -15,6 +15,7 @@ from quantgate.stages.convert.errors import ConversionError
 from quantgate.stages.convert.lower_int8 import lower_int8
 from quantgate.stages.convert.onnx_ops import integer_op_counts, runtime_op_counts
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, OPSET, PADDLE2ONNX_INT8_FILE
+from quantgate.stages.convert.weight_range import WeightBits
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,11 @@ def to_onnx(model_file: Path, params_file: Path, onnx_file: Path) -> dict:
     return {"bytes": onnx_file.stat().st_size, "nodes": len(graph.node), "ops": dict(sorted(ops.items()))}
 
 
-def convert(fp32_dir: Path, int8_dir: Path, model_file: str, params_file: str, out_dir: Path) -> ConvertResult:
+def convert(fp32_dir: Path, int8_dir: Path, model_file: str, params_file: str, out_dir: Path,
+            weight_bits: WeightBits = WeightBits(8, "as PaddleSlim quantized them")) -> ConvertResult:
     """Convert the exported FP32 model and the PaddleSlim INT8 model to ONNX (opset 13), then lower
-    the INT8 one to integer kernels with PaddleSlim's scales.
+    the INT8 one to integer kernels with PaddleSlim's scales, its weights in `weight_bits` bits
+    (`weight_range.onnxruntime_weight_bits` says how many for the CPU the model is judged on).
 
     Raises:
         ConversionError: a conversion or the lowering failed, or a model fails onnx.checker.
@@ -59,7 +62,9 @@ def convert(fp32_dir: Path, int8_dir: Path, model_file: str, params_file: str, o
     fp32 = to_onnx(Path(fp32_dir) / model_file, Path(fp32_dir) / params_file, out_dir / FP32_FILE)
     raw = to_onnx(Path(int8_dir) / model_file, Path(int8_dir) / params_file, out_dir / PADDLE2ONNX_INT8_FILE)
     lowered = lower_int8(out_dir / PADDLE2ONNX_INT8_FILE, out_dir / INT8_FILE,
-                         paddle_model_prefix=Path(int8_dir) / Path(model_file).stem).metrics
+                         paddle_model_prefix=Path(int8_dir) / Path(model_file).stem,
+                         weight_bits=weight_bits.bits).metrics
+    lowered["weight_bits_why"] = weight_bits.why
     runtime = {name: runtime_op_counts(out_dir / file)
                for name, file in (("fp32", FP32_FILE), ("int8_paddle2onnx", PADDLE2ONNX_INT8_FILE), ("int8", INT8_FILE))}
     metrics = {

@@ -78,7 +78,8 @@ class FallbackRanking:
     def sensitivity(self, estimator: FallbackEstimator | None) -> tuple[list[dict], bool]:
         """The base trial's layers, most sensitive first; cached by calibration inputs and validation data."""
         runner = self.runner
-        digest = content_digest(self.base.calibration_digest, runner.validation_digest, "fp32-fall-back ranking")
+        digest = content_digest(self.base.calibration_digest, runner.validation_digest, "fp32-fall-back ranking",
+                                {"weight_bits": runner.weight_bits})
         if runner.cache is not None and (entry := runner.cache.get(digest)) is not None:
             return json.loads((entry / "ranking.json").read_text()), True
         scratch = runner.scratch / f"ranking-{digest[:12]}"
@@ -90,7 +91,7 @@ class FallbackRanking:
             if layer in estimable:
                 return estimator.score((layer,))
             lowered = scratch / f"without-{layers.index(layer)}.onnx"  # a real PaddleSlim run
-            lowered_model(self._calibration_skipping((layer,)), lowered)
+            lowered_model(self._calibration_skipping((layer,)), lowered, runner.weight_bits)
             return {**runner.check.score(lowered), "measured_by": "paddleslim"}
 
         # The ranking may use half of the time left; the fall-back trials need the rest.

@@ -37,12 +37,13 @@ log = logging.getLogger(__name__)
 BN_FUSED_PREFIX = "ConvBnFusion_W_"  # how onnxruntime names a weight its Conv+BatchNormalization fusion made
 
 
-def lowered_model(calibration_dir: Path, out_onnx: Path) -> Path:
+def lowered_model(calibration_dir: Path, out_onnx: Path, weight_bits: int = 8) -> Path:
     """PaddleSlim's model in `calibration_dir`, converted and lowered into `out_onnx` as the convert
-    stage does it; returns paddle2onnx's model, written beside it, that was lowered."""
+    stage does it (weights in `weight_bits` bits); returns paddle2onnx's model, written beside it, that was lowered."""
     raw = out_onnx.with_name(out_onnx.stem + ".paddle2onnx.onnx")
     to_onnx(Path(calibration_dir) / MODEL_FILE, Path(calibration_dir) / PARAMS_FILE, raw)
-    lower_int8(raw, out_onnx, paddle_model_prefix=Path(calibration_dir) / Path(MODEL_FILE).stem)
+    lower_int8(raw, out_onnx, paddle_model_prefix=Path(calibration_dir) / Path(MODEL_FILE).stem,
+               weight_bits=weight_bits)
     return raw
 
 

@@ -136,7 +136,8 @@ class TrialRunner:
     """One search's trials: its budget, the trials run so far, and the calibrations they can reuse."""
 
     def __init__(self, config: QuantizeConfig, policy: GatePolicy, evaluate_config: EvaluateConfig,
-                 model_dir: Path, data_dir: Path, scratch: Path, cache: Cache | None, num_workers: int = 0):
+                 model_dir: Path, data_dir: Path, scratch: Path, cache: Cache | None, num_workers: int = 0,
+                 weight_bits: int = 8):
         # `config`: the settings the stage writes with (`full_config`); trials use `self.config`, on fewer rows.
         self.full_config, self.policy, self.budget = config, policy, config.search
         self.model_dir, self.scratch, self.cache = Path(model_dir), scratch, cache
@@ -152,7 +153,7 @@ class TrialRunner:
         self.check = ValidationCheck(self.fp32_onnx, self.data, evaluate_config.threads, evaluate_config.batch_size,
                                      num_workers)
         self.latency_batch = self.data.array("validation", limit=evaluate_config.batch_size)[0]
-        self.threads = evaluate_config.threads
+        self.threads, self.weight_bits = evaluate_config.threads, weight_bits
         # The splits' digests stand for their pixels: rows, file hashes and transforms decide them.
         self.inputs_digest = content_digest(
             _files_digest(self.model_dir / MODEL_FILE, self.model_dir / PARAMS_FILE),
@@ -260,7 +261,7 @@ class TrialRunner:
         calibrated = json.loads((calibration / CALIBRATION_METRICS).read_text())
         folder = self.scratch / f"trial-{index:03d}"
         folder.mkdir()
-        raw = lowered_model(calibration, folder / "int8.onnx")
+        raw = lowered_model(calibration, folder / "int8.onnx", self.weight_bits)
         validation = self.check.score(folder / "int8.onnx")
         latency = measure({"fp32": self.fp32_onnx, "int8": folder / "int8.onnx"}, self.latency_batch, self.threads,
                           self.budget.latency_repeats)
