@@ -4,14 +4,11 @@ store's cache."""
 
 import json
 
-from support.cpu import needs_int8_dot_product
-
 from quantgate.artifacts import ArtifactStore
 from quantgate.flows.release import release
 from quantgate.stages.quantize.outputs import SEARCH_FILE
 
 
-@needs_int8_dot_product  # elsewhere the search's path repeats a calibration within the run (measured on AVX2)
 def test_a_searched_release_records_the_search_and_the_gate_checks_it(tmp_path, tiny_config):
     config = tiny_config(quantize={"strategy": "search", "search": {"latency_repeats": 3}})
     assert release(config=config, store=str(tmp_path)) == "v1"

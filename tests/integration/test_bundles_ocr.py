@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from support.cpu import needs_int8_dot_product  # noqa: E402
 from support.ocr_samples import (  # noqa: E402
     paddleocr_models,
     render_direction_lines,
@@ -32,10 +31,6 @@ from quantgate.bundle.manifest import sealed_json  # noqa: E402
 from quantgate.stages.evaluate.outputs import PREDICTIONS_FILE  # noqa: E402
 from quantgate.stages.system.crops import reading_order  # noqa: E402
 from quantgate.stages.system.outputs import READS_FILE, SYSTEM_FILE  # noqa: E402
-
-# Every test here bundles released components; on an AVX2-only CPU the recognizer's INT8 (4 calibration lines)
-# reads 7 of 8 test lines and its gate fails, with the code before issue 26 as well (measured).
-pytestmark = needs_int8_dot_product
 
 SYSTEM = "ppocrv4-system"
 MODEL = "ppocrv4-det"

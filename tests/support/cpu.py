@@ -7,8 +7,14 @@ asks for at most 1), the digits search takes another path (it repeats a calibrat
 no INT8 twin), and onnxruntime's two INT8 forms of the digits CNN (ConvSym and QGEMM with shifted
 weights), equal to the bit on VNNI, differ by up to 3.6 in a logit.
 The gate measures this where it runs and fails such a model there, as it should; these tests, which
-assert a pass, need the instructions. Why the INT8 numerics differ there (u8 x s8 products saturating in
-AVX2's 16-bit sums is suspected) is open.
+assert a pass, need the instructions.
+
+The cause was found in the second session of issue 26: without VNNI/AMX, onnxruntime's u8 x s8 kernels add
+pairs of products in 16 bits and saturate. The pipeline now lowers with 7-bit weights there
+(`stages/convert/weight_range.py`), and the flow tests that failed for it (the digits search's path, a policy
+naming its failing criteria, the OCR bundles) pass on an AVX2-only CPU without this mark. What keeps it: the
+imported recognizer still loses 1 of its 16 test lines there (the test allows none), and tests that lower at
+8 bits on purpose (the ConvSym/QGEMM comparison, the search driven directly) still see the saturation.
 """
 
 import pytest
