@@ -93,8 +93,9 @@ def build_card(sources: VersionSources, files: dict[str, dict], lineage: dict, r
                      "scaler": train.get("scaler"), "steps": train.get("steps"),
                      "final_epoch_loss_mean": train.get("final_epoch_loss_mean"),
                      "train_seconds": train.get("train_seconds"), "resumed_from_epoch": train.get("resumed_from_epoch")},
-        "quantization": {key: quantize.get(key) for key in ("algo", "recipe", "skip_tensors", "calibration_samples",
-                                                             "quantize_linear_ops", "search")},
+        "quantization": {**{key: quantize.get(key) for key in ("algo", "recipe", "skip_tensors", "calibration_samples",
+                                                                "quantize_linear_ops", "search")},
+                         **_weight_bits(sources)},
         "evaluation": {"primary_runtime": primary, "test_samples": evaluated.get("test_samples"),
                        "accuracy_metric": evaluated.get("accuracy_metric", "top-1"),
                        "latency_batch_size": evaluated.get("latency_batch_size"), "cpu": evaluated.get("cpu"),
@@ -175,14 +176,24 @@ def _training(training: dict) -> list[str]:
             f"- AMP requested {requested.get('level')}/{requested.get('dtype')}, effective {amp.get('effective')}{reason}"]
 
 
+def _weight_bits(sources: VersionSources) -> dict:
+    """How many bits the lowered INT8 model's weights keep, and why (convert stage; 8 before it recorded it)."""
+    lowered = sources.metrics("convert").get("int8", {}) if "convert" in sources.manifests else {}
+    return {"int8_weight_bits": lowered.get("weight_bits", 8),
+            "int8_weight_bits_why": lowered.get("weight_bits_why", "as PaddleSlim quantized them")}
+
+
 def _quantization(quantization: dict) -> list[str]:
     recipe = quantization.get("recipe") or {}
     shown = ", ".join(f"{key} {value}" for key, value in sorted(recipe.items()) if value is not None)
     search = "; chosen by the accuracy-aware search" if quantization.get("search") else ""
+    bits = quantization.get("int8_weight_bits")
     return ["## Quantization", "",
             f"- PaddleSlim post-training INT8: {shown or 'recipe not recorded'}{search}",
             (f"- calibration samples {quantization.get('calibration_samples')}, layers kept in float: "
-             f"{', '.join(quantization.get('skip_tensors') or []) or 'none'}")]
+             f"{', '.join(quantization.get('skip_tensors') or []) or 'none'}"),
+            *([f"- weights of the INT8 ONNX model: {bits} bits ({quantization.get('int8_weight_bits_why')})"]
+              if bits else [])]
 
 
 def _evaluation(evaluation: dict, task: str | None) -> list[str]:

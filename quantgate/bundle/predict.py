@@ -16,10 +16,12 @@ import numpy as np
 
 from quantgate.bundle.engines import load_engine
 from quantgate.bundle.latencies import gate_verdicts, pick_runtime
-from quantgate.bundle.layout import PRECISIONS, TEXT_RECOGNITION
+from quantgate.bundle.layout import MODEL_CARD_JSON, PRECISIONS, TEXT_RECOGNITION
 from quantgate.bundle.verify import VerifiedBundle
 from quantgate.config import TransformsConfig
 from quantgate.errors import BadInput
+from quantgate.stages.convert.weight_range import onnxruntime_weight_bits
+from quantgate.stages.evaluate.cpu import cpu_record
 from quantgate.stages.tasks.text import TextRecognition
 
 DEFAULT_BATCH = 64
@@ -71,6 +73,20 @@ def choose_runtime(bundle: VerifiedBundle, runtime: str | None, precision: str) 
         raise NotInBundle(f"bundle {bundle.label}'s gate did not pass runtime {runtime} ({why}); choose one it "
                           f"passed with --runtime ({', '.join(passed) or 'none'}), or leave --runtime out")
     return runtime
+
+
+def weight_bits_note(bundle: VerifiedBundle, runtime: str, precision: str) -> str | None:
+    """A warning when onnxruntime's INT8 model has 8-bit weights and this CPU's INT8 kernels saturate with them
+    (`convert.weight_range`): the gate measured it on a CPU that sums in 32 bits, and this one computes otherwise."""
+    if runtime != "onnxruntime" or precision != "int8" or MODEL_CARD_JSON not in bundle.manifest["files"]:
+        return None
+    quantization = bundle.read_json(MODEL_CARD_JSON).get("quantization") or {}
+    here = onnxruntime_weight_bits(cpu_record()["flags"])
+    if quantization.get("int8_weight_bits", 8) <= here.bits:
+        return None
+    return (f"note: the INT8 model has {quantization.get('int8_weight_bits', 8)}-bit weights, but {here.why}: "
+            f"its results here may differ from the gated ones; bundle a version converted on a CPU like this one, "
+            f"or predict with --precision fp32")
 
 
 def predict_images(bundle: VerifiedBundle, images: Sequence[str], runtime: str | None = None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 from pathlib import Path
 
@@ -48,6 +49,7 @@ def handle(args: argparse.Namespace) -> int:
     """
     from quantgate.bundle import open_bundle
     from quantgate.bundle.latencies import pick_runtime
+    from quantgate.bundle.predict import weight_bits_note
     from quantgate.bundle.layout import OCR_SYSTEM, TEXT_DETECTION
     from quantgate.errors import BadInput
 
@@ -57,6 +59,8 @@ def handle(args: argparse.Namespace) -> int:
     # Without --runtime, the choice is made (and explained) once, here; the predictors get it by name.
     choice = None if args.runtime else pick_runtime(bundle, args.precision)
     runtime = args.runtime or choice.runtime
+    if (note := weight_bits_note(bundle, runtime, args.precision)) is not None:
+        print(note, file=sys.stderr)
     show = {TEXT_DETECTION: _boxes, OCR_SYSTEM: _page_lines}.get(bundle.task, _classes_or_lines)
     printed = show(bundle, args, runtime) if args.verbose else _quietly(lambda: show(bundle, args, runtime))
     if args.json:

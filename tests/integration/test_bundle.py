@@ -20,7 +20,9 @@ from quantgate.bundle import engines, open_bundle
 from quantgate.bundle.latencies import latency_record, rank_runtimes, recorded_latencies
 from quantgate.bundle.manifest import sealed_json, sha256_file
 from quantgate.cli import main
+from quantgate.stages.convert.weight_range import onnxruntime_weight_bits
 from quantgate.stages.data.reading import open_data
+from quantgate.stages.evaluate.cpu import cpu_record
 from quantgate.stages.evaluate.outputs import PREDICTIONS_FILE, runtime_predictions_file
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 
@@ -115,8 +117,12 @@ def test_a_bundle_holds_each_gated_runtime_model_the_records_and_a_sealed_manife
     assert card["training"]["amp"] == record["amp"]
     assert card["evaluation"]["runtimes"]["onnxruntime"]["int8_top1_pct"] == record["metrics"]["int8_top1_pct"]
     assert card["sizes_bytes"]["onnxruntime"]["int8"] == (bundle_dir / "onnxruntime" / "int8.onnx").stat().st_size
+    here = onnxruntime_weight_bits(cpu_record()["flags"])  # the flow converted on this machine
+    assert (card["quantization"]["int8_weight_bits"], card["quantization"]["int8_weight_bits_why"]) == \
+        (here.bits, here.why)
     markdown = (bundle_dir / "model_card.md").read_text()
     assert "# shapes v1" in markdown and record["data_fingerprint_sha256"] in markdown
+    assert f"weights of the INT8 ONNX model: {here.bits} bits" in markdown
 
 
 def test_predict_on_the_test_images_gives_the_predictions_the_gate_stored(runs, bundle_dir, capsys):
@@ -361,6 +367,30 @@ def test_predict_refuses_a_runtime_the_gate_did_not_pass_and_leaves_it_out_of_it
     assert printed["runtime_choice"].startswith("runtime onnxruntime: the only runtime of the bundle that passed the "
                                                 "gate (INT8 at batch 1: onnxruntime ")
     assert printed["runtime_choice"].endswith("; left out: paddle_inference (did not pass the gate: speedup)")
+
+
+def with_card(bundle_dir: Path, folder: Path, change) -> Path:
+    """A copy of the bundle whose model card `change(card)` edited, its manifest sealed again."""
+    copy = Path(shutil.copytree(bundle_dir, folder))
+    card = json.loads((copy / "model_card.json").read_text())
+    change(card)
+    (copy / "model_card.json").write_text(json.dumps(card, sort_keys=True, indent=2) + "\n")
+    manifest = json.loads((copy / "bundle.json").read_text())
+    manifest["files"]["model_card.json"] = dict(zip(("sha256", "bytes"), sha256_file(copy / "model_card.json")))
+    (copy / "bundle.json").write_bytes(sealed_json(manifest))
+    return copy
+
+
+@pytest.mark.parametrize("bits, warned", [(8, True), (7, False)])
+def test_predict_warns_when_this_cpu_saturates_the_bundles_8_bit_weights(runs, bundle_dir, tmp_path, capsys,
+                                                                          monkeypatch, bits, warned):
+    copy = with_card(bundle_dir, tmp_path / "copy", lambda card: card["quantization"].update(int8_weight_bits=bits))
+    monkeypatch.setattr("quantgate.bundle.predict.cpu_record", lambda: {"flags": ["avx2"]})  # an AVX2-only CPU
+    assert quantgate("predict", str(copy), runs.test_files[0], "--json", *ORT) == 0
+    err = capsys.readouterr().err
+    assert ("note: the INT8 model has 8-bit weights, but this CPU has AVX2 but no VNNI/AMX" in err) is warned
+    assert quantgate("predict", str(copy), runs.test_files[0], "--precision", "fp32", "--json", *ORT) == 0
+    assert "note:" not in capsys.readouterr().err
 
 
 def test_a_bundle_of_an_older_format_still_predicts_ranked_by_its_model_cards_latencies(runs, bundle_dir, tmp_path,
