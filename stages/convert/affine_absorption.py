@@ -21,7 +21,10 @@ quantization is a change of grid, so the lowering folds it into the grid instead
 In the last two, zero points are integers: `z'` is rounded, which shifts every value the same way, so
 an affine qualifies only when `z'` lies within MAX_SHIFT_STEPS of an integer (the largest shift taken is
 recorded as `max_zero_point_shift_steps`; the refused ones are named in `kept`); the step and the range
-PaddleSlim calibrated are kept. The scales are PaddleSlim's, re-expressed; nothing is calibrated here.
+PaddleSlim calibrated are kept. Before a QuantizeLinear whose every reader dequantizes into a convolution
+that does not pad, the shift is made up exactly instead: `S · (z' - round(z'))` times the sum of each
+output channel's weights joins that convolution's int32 bias (`rounding_into_next_bias`). A padded
+convolution reads the zero point at its border, where the correction would be wrong, so it does not qualify. The scales are PaddleSlim's, re-expressed; nothing is calibrated here.
 Only positive `a` qualifies (a scale is positive), only a chain whose every tensor has one reader, and only
 while `z'` stays in the grid's integer range.
 """
@@ -49,11 +52,13 @@ class AbsorbedAffines:
     into_convolution: int = 0  # affines after a convolution: b/a into its bias, a into its output's grid (exact)
     after_dequantize: int = 0  # affines folded into the DequantizeLinear before them
     before_quantize: int = 0  # affines folded into the QuantizeLinear after them
+    rounding_into_next_bias: int = 0  # of those, the zero point's rounding made up in the unpadded convs reading it
     max_zero_point_shift_steps: float = 0.0
     kept: list[str] = field(default_factory=list)  # affine nodes left as float ops, and why
 
     def as_metrics(self) -> dict:
-        return {"into_convolution": self.into_convolution, "after_dequantize": self.after_dequantize, "before_quantize": self.before_quantize,
+        return {"into_convolution": self.into_convolution, "after_dequantize": self.after_dequantize,
+                "before_quantize": self.before_quantize, "rounding_into_next_bias": self.rounding_into_next_bias,
                 "max_zero_point_shift_steps": round(self.max_zero_point_shift_steps, 4), "kept": self.kept}
 
 
@@ -182,7 +187,12 @@ def absorb_scalar_affines(model: onnx.ModelProto) -> AbsorbedAffines:
         scale, zero_point, data_type = grid
         exact = zero_point + b / scale
         low, high = RANGES[data_type]
-        if (reason := _refusal(a, exact, low, high)) is not None:
+        reason = _refusal(a, exact, low, high)
+        if reason is not None and a > 0 and low <= round(exact) <= high and \
+                _rounding_into_convolutions(graph, node, grid, scale * (exact - round(exact))):
+            reason, exact = None, float(round(exact))  # the rounding is made up exactly downstream
+            result.rounding_into_next_bias += 1
+        if reason is not None:
             result.kept.append(f"{chain[0].name}: {reason}")
             continue
         source = next(name for name in chain[0].input if graph.scalar(name) is None)
@@ -231,6 +241,51 @@ def _into_convolution(graph: _Graph, dequantize: onnx.NodeProto, a: float, b: fl
     _set_grid(graph, quantize, scale, window, data_type)
     _set_grid(graph, dequantize, a * scale, window, data_type)
     return True
+
+
+def _rounding_into_convolutions(graph: _Graph, quantize: onnx.NodeProto, grid: tuple, offset: float) -> bool:
+    """Make up `offset` (what a rounded zero point takes off every value of `quantize`'s tensor, as its readers
+    dequantize it) in the int32 bias of each convolution that reads it: exact where no convolution pads (a pad
+    reads the zero point, which the offset would not reach), so only unpadded ones qualify, and every reader of
+    the tensor must be one. False, changing nothing, where the readers are not that."""
+    if quantize.output[0] in graph.outputs:
+        return False
+    updates = []
+    for dequantize in graph.readers.get(quantize.output[0], []):
+        if dequantize.op_type != "DequantizeLinear" or _grid(graph, dequantize) != grid:
+            return False
+        for conv in graph.readers.get(dequantize.output[0], []):
+            update = _bias_shift(graph, conv, dequantize.output[0], offset)
+            if update is None:
+                return False
+            updates.append(update)
+    if not updates:
+        return False
+    for bias_dq, shifted in updates:
+        bias_dq.input[0] = graph.new_constant(bias_dq.input[0], shifted, "rounding")
+    return True
+
+
+def _bias_shift(graph: _Graph, conv: onnx.NodeProto, tensor: str, offset: float):
+    """(bias DequantizeLinear, new int32 bias) adding `offset` · Σ weights to an unpadded conv reading `tensor`."""
+    attributes = {attribute.name: onnx.helper.get_attribute_value(attribute) for attribute in conv.attribute}
+    if conv.op_type != "Conv" or conv.input[0] != tensor or len(conv.input) < 3 or any(attributes.get("pads", [])) \
+            or attributes.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID"):
+        return None
+    producers = {output: node for node in graph.graph.node for output in node.output}
+    weight_dq, bias_dq = producers.get(conv.input[1]), producers.get(conv.input[2])
+    constant = [dq is not None and dq.op_type == "DequantizeLinear" and all(name in graph.constants for name in dq.input)
+                for dq in (weight_dq, bias_dq)]
+    if not all(constant) or graph.constants[bias_dq.input[0]].data_type != onnx.TensorProto.INT32 \
+            or len(graph.readers.get(bias_dq.output[0], [])) != 1:
+        return None
+    values, scale, zero = (numpy_helper.to_array(graph.constants[name]).astype(np.float64) for name in weight_dq.input)
+    shape = (-1,) + (1,) * (values.ndim - 1)
+    weights = (values - zero.reshape(shape)) * scale.reshape(shape)
+    bias = numpy_helper.to_array(graph.constants[bias_dq.input[0]]).astype(np.float64)
+    bias_scale = numpy_helper.to_array(graph.constants[bias_dq.input[1]]).astype(np.float64)
+    shifted = np.round(bias + offset * weights.reshape(len(weights), -1).sum(axis=1) / bias_scale)
+    return None if np.abs(shifted).max() >= 2**31 else (bias_dq, shifted.astype(np.int32))
 
 
 def _refusal(a: float, zero_point: float, low: int, high: int) -> str | None:

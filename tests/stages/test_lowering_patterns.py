@@ -52,19 +52,29 @@ def test_learnable_affines_and_hardswish_run_on_integer_kernels(models, tmp_path
     ours, metrics = lowered(model, tmp_path)
     absorbed = metrics["absorbed_affines"]
     # both affines after a convolution go exactly into its bias and output grid; of those after HardSwish, the
-    # one with b ~ 0 becomes the next grid, the other (b = -0.2: a zero point 0.33 steps off an integer) is kept
-    assert absorbed["into_convolution"] == 2 and absorbed["before_quantize"] == 1 and absorbed["after_dequantize"] == 0
+    # one with b ~ 0 becomes the next grid, and so does the other (b = -0.2: a zero point 0.33 steps off an
+    # integer), whose rounding the unpadded 1x1 conv reading it makes up in its int32 bias
+    assert absorbed["into_convolution"] == 2 and absorbed["before_quantize"] == 2 and absorbed["after_dequantize"] == 0
+    assert absorbed["rounding_into_next_bias"] == 1 and absorbed["kept"] == []
     assert absorbed["max_zero_point_shift_steps"] <= 0.05
-    assert len(absorbed["kept"]) == 1 and "steps from an integer" in absorbed["kept"][0]
-    assert metrics["integer_hardswish"] == 1  # the HardSwish whose output quantization is now next to it
+    assert metrics["integer_hardswish"] == 2  # both HardSwishes, their output quantization now next to them
     before, after = runtime_op_counts(plain)["ops"], runtime_op_counts(ours)["ops"]
     assert before.get("HardSigmoid") == 2 and before.get("Mul", 0) >= 6  # HardSwish = x * HardSigmoid(x), affines
-    assert after.get("HardSigmoid") == 1 and after.get("Mul") == 2 and after.get("Add") == 1  # the kept block only
-    assert after.get("QLinearAdd") == after.get("QLinearMul") == 1 and after.get("QLinearConv") == 3
+    assert not any(after.get(op) for op in ("HardSigmoid", "Mul", "Add"))  # no float element-wise op left
+    assert after.get("QLinearAdd") == after.get("QLinearMul") == 2 and after.get("QLinearConv") == 3
     reference = run(model.raw_onnx, model.inputs)
     # the un-lowered model's arithmetic, within what one more rounding per rewritten tensor can move
     assert relative_error(run(ours, model.inputs), reference) <= 0.02
     assert relative_error(run(ours, model.inputs), run(model.fp32_onnx, model.inputs)) <= 0.05
+
+
+def test_a_rounded_zero_point_read_by_a_padded_conv_is_kept_float(models, tmp_path):
+    # a pad reads the zero point, which a bias correction would not reach: the affine stays a float op
+    _, metrics = lowered(models("lab_padded"), tmp_path)
+    absorbed = metrics["absorbed_affines"]
+    assert absorbed["rounding_into_next_bias"] == 0 and absorbed["into_convolution"] == 1
+    assert len(absorbed["kept"]) == 1 and "steps from an integer" in absorbed["kept"][0]
+    assert metrics["integer_hardswish"] == 0
 
 
 def test_squeeze_and_excitation_multiplies_in_integers(models, tmp_path):

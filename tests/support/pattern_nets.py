@@ -4,6 +4,7 @@
 
 Patterns (each as PP-LCNetV3 / SVTR write it):
   lab_hardswish  conv -> learnable affine (scale * x + bias) -> HardSwish -> learnable affine -> conv, twice
+  lab_padded     the same once, the last affine read by a padded 3x3 conv
   se_block       depthwise conv -> HardSwish -> squeeze-and-excitation (pool, conv, ReLU, conv, HardSigmoid, multiply)
   layernorm      conv -> tokens -> LayerNorm -> linear
   attention      tokens -> qkv linear -> softmax(q k^T / sqrt(d)) v -> projection, with a residual
@@ -53,6 +54,15 @@ class LabHardswish(nn.Layer):
             x = self.convs[index + 1](x)
         return paddle.flatten(F.adaptive_avg_pool2d(x, 1), 1)
 
+class LabPadded(nn.Layer):  # the affine after HardSwish read by a padded (3x3) convolution
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.LayerList([nn.Conv2D(3, 16, 3, padding=1), nn.Conv2D(16, 16, 3, padding=1)])
+        self.before, self.after = Affine(1.7, 0.4), Affine(0.3, -0.2)
+    def forward(self, x):
+        x = self.convs[1](self.after(F.hardswish(self.before(self.convs[0](x)))))
+        return paddle.flatten(F.adaptive_avg_pool2d(x, 1), 1)
+
 class SeBlock(nn.Layer):
     def __init__(self):
         super().__init__()
@@ -91,13 +101,13 @@ class Attention(nn.Layer):
         attention = F.softmax(paddle.mm(q, paddle.transpose(k, [0, 2, 1])) * (32 ** -0.5), axis=-1)
         return self.fc(tokens + self.proj(paddle.mm(attention, v)))
 
-NET = {"lab_hardswish": LabHardswish, "se_block": SeBlock, "layernorm": Norm, "attention": Attention}[sys.argv[2]]()
+NET = {"lab_hardswish": LabHardswish, "lab_padded": LabPadded, "se_block": SeBlock, "layernorm": Norm, "attention": Attention}[sys.argv[2]]()
 NET.eval()
 paddle.jit.save(NET, sys.argv[1] + "/inference",
                 input_spec=[paddle.static.InputSpec([None, SHAPE[0], SHAPE[1], SHAPE[2]], "float32", "x")])
 '''.replace("SHAPE[0], SHAPE[1], SHAPE[2]", ", ".join(map(str, SHAPE)))
 
-PATTERNS = ("lab_hardswish", "se_block", "layernorm", "attention")
+PATTERNS = ("lab_hardswish", "lab_padded", "se_block", "layernorm", "attention")
 
 
 @dataclass(frozen=True)
