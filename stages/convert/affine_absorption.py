@@ -24,7 +24,8 @@ recorded as `max_zero_point_shift_steps`; the refused ones are named in `kept`);
 PaddleSlim calibrated are kept. Before a QuantizeLinear whose every reader dequantizes into a convolution
 that does not pad, the shift is made up exactly instead: `S · (z' - round(z'))` times the sum of each
 output channel's weights joins that convolution's int32 bias (`rounding_into_next_bias`). A padded
-convolution reads the zero point at its border, where the correction would be wrong, so it does not qualify. The scales are PaddleSlim's, re-expressed; nothing is calibrated here.
+convolution reads the zero point at its border, where the correction would be wrong, so it does not qualify.
+The scales are PaddleSlim's, re-expressed; nothing is calibrated here.
 Only positive `a` qualifies (a scale is positive), only a chain whose every tensor has one reader, and only
 while `z'` stays in the grid's integer range.
 """
@@ -189,7 +190,7 @@ def absorb_scalar_affines(model: onnx.ModelProto) -> AbsorbedAffines:
         low, high = RANGES[data_type]
         reason = _refusal(a, exact, low, high)
         if reason is not None and a > 0 and low <= round(exact) <= high and \
-                _rounding_into_convolutions(graph, node, grid, scale * (exact - round(exact))):
+                _rounding_into_convolutions(graph, producers, node, grid, scale * (exact - round(exact))):
             reason, exact = None, float(round(exact))  # the rounding is made up exactly downstream
             result.rounding_into_next_bias += 1
         if reason is not None:
@@ -243,7 +244,8 @@ def _into_convolution(graph: _Graph, dequantize: onnx.NodeProto, a: float, b: fl
     return True
 
 
-def _rounding_into_convolutions(graph: _Graph, quantize: onnx.NodeProto, grid: tuple, offset: float) -> bool:
+def _rounding_into_convolutions(graph: _Graph, producers: dict[str, onnx.NodeProto], quantize: onnx.NodeProto,
+                                grid: tuple, offset: float) -> bool:
     """Make up `offset` (what a rounded zero point takes off every value of `quantize`'s tensor, as its readers
     dequantize it) in the int32 bias of each convolution that reads it: exact where no convolution pads (a pad
     reads the zero point, which the offset would not reach), so only unpadded ones qualify, and every reader of
@@ -255,7 +257,7 @@ def _rounding_into_convolutions(graph: _Graph, quantize: onnx.NodeProto, grid: t
         if dequantize.op_type != "DequantizeLinear" or _grid(graph, dequantize) != grid:
             return False
         for conv in graph.readers.get(dequantize.output[0], []):
-            update = _bias_shift(graph, conv, dequantize.output[0], offset)
+            update = _bias_shift(graph, producers, conv, dequantize.output[0], offset)
             if update is None:
                 return False
             updates.append(update)
@@ -266,16 +268,16 @@ def _rounding_into_convolutions(graph: _Graph, quantize: onnx.NodeProto, grid: t
     return True
 
 
-def _bias_shift(graph: _Graph, conv: onnx.NodeProto, tensor: str, offset: float):
+def _bias_shift(graph: _Graph, producers: dict[str, onnx.NodeProto], conv: onnx.NodeProto, tensor: str,
+                offset: float):
     """(bias DequantizeLinear, new int32 bias) adding `offset` · Σ weights to an unpadded conv reading `tensor`."""
     attributes = {attribute.name: onnx.helper.get_attribute_value(attribute) for attribute in conv.attribute}
     if conv.op_type != "Conv" or conv.input[0] != tensor or len(conv.input) < 3 or any(attributes.get("pads", [])) \
             or attributes.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID"):
         return None
-    producers = {output: node for node in graph.graph.node for output in node.output}
     weight_dq, bias_dq = producers.get(conv.input[1]), producers.get(conv.input[2])
-    constant = [dq is not None and dq.op_type == "DequantizeLinear" and all(name in graph.constants for name in dq.input)
-                for dq in (weight_dq, bias_dq)]
+    constant = [dq is not None and dq.op_type == "DequantizeLinear"
+                and all(name in graph.constants for name in dq.input) for dq in (weight_dq, bias_dq)]
     if not all(constant) or graph.constants[bias_dq.input[0]].data_type != onnx.TensorProto.INT32 \
             or len(graph.readers.get(bias_dq.output[0], [])) != 1:
         return None

@@ -282,6 +282,8 @@ def lower_int8_model(raw: onnx.ModelProto, out_onnx: Path, program_scales: Weigh
                      absorb_affines: bool = True, hardswish_in_integers: bool = True,
                      weight_bits: int = 8) -> LoweringResult:
     """`lower_int8` on a loaded paddle2onnx model and PaddleSlim's program scales (`paddle_program_scales`)."""
+    if weight_bits not in (7, 8):
+        raise ValueError(f"weight_bits must be 7 or 8, not {weight_bits!r}")
     quantization, propagated = _with_propagated_scales(read_paddle_quantization(raw, program_scales))
     folded = set(folded_activations(quantization)) if fold_activations else set()
     nodes = _nodes_to_quantize(quantization, fold_activations, folded)
@@ -297,8 +299,6 @@ def lower_int8_model(raw: onnx.ModelProto, out_onnx: Path, program_scales: Weigh
                                      {output: producers[output] for output in folded},
                                      {init.name: init for init in float_graph.initializer})
     shielded = shield_from_weight_quantization(lowered)
-    if weight_bits not in (7, 8):
-        raise ValueError(f"weight_bits must be 7 or 8, not {weight_bits!r}")
     reduced = reduce_weight_range(lowered) if weight_bits == 7 else 0
     onnx.save(lowered, str(out_onnx))
     try:

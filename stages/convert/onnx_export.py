@@ -64,7 +64,7 @@ def convert(fp32_dir: Path, int8_dir: Path, model_file: str, params_file: str, o
     lowered = lower_int8(out_dir / PADDLE2ONNX_INT8_FILE, out_dir / INT8_FILE,
                          paddle_model_prefix=Path(int8_dir) / Path(model_file).stem,
                          weight_bits=weight_bits.bits).metrics
-    lowered["weight_bits_why"] = weight_bits.why
+    lowered.update(weight_bits.record())
     runtime = {name: runtime_op_counts(out_dir / file)
                for name, file in (("fp32", FP32_FILE), ("int8_paddle2onnx", PADDLE2ONNX_INT8_FILE), ("int8", INT8_FILE))}
     metrics = {

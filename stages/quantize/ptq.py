@@ -121,9 +121,10 @@ def quantize_with_data(
         equalized = []
         if config.equalize_depthwise_inputs and depthwise_inputs(fp32.program):
             with closing(data.fetch("calibration", chunks, num_workers)) as stream:
-                equalized = equalized_copy(fp32, (images for images, _ in stream), Path(scratch) / "model")
+                equalized = equalized_copy(fp32, (images for images, _ in stream),
+                                           Path(scratch) / Path(MODEL_FILE).stem)
         if equalized:  # PaddleSlim calibrates the rescaled copy; the export stays as it was
-            model_dir, model_file, params_file = scratch, "model.pdmodel", "model.pdiparams"
+            model_dir, model_file, params_file = scratch, MODEL_FILE, PARAMS_FILE
             log.info("quantize: %s rescaled channel by channel for its depthwise conv (channel ranges %s apart)",
                      ", ".join(e.tensor for e in equalized),
                      ", ".join(f"{e.range_ratio_before:.0f}x" for e in equalized))

@@ -19,13 +19,12 @@ imported recognizer still loses 1 of its 16 test lines there (the test allows no
 
 import pytest
 
+from quantgate.stages.convert.weight_range import INT8_DOT_PRODUCT_FLAGS
 from quantgate.stages.evaluate.cpu import cpu_record
-
-INT8_DOT_PRODUCT_FLAGS = {"avx512_vnni", "avx_vnni", "amx_int8"}
 
 
 def has_int8_dot_product() -> bool:
-    return bool(INT8_DOT_PRODUCT_FLAGS & set(cpu_record()["flags"]))
+    return bool(set(INT8_DOT_PRODUCT_FLAGS) & set(cpu_record()["flags"]))
 
 
 needs_int8_dot_product = pytest.mark.skipif(
