@@ -9,7 +9,8 @@ On N Chinese financial text lines rendered with a CJK font (tests/support/ocr_sa
 as PaddleOCR does (3x48x320, /255, -0.5, /0.5), it times in one process:
 
   paddleslim     quant_post_static(algo='hist') as quantgate ran it before (paddle's PostTrainingQuantization)
-  cold           quantgate's Calibration, no statistics: both passes
+  cold           quantgate's Calibration, no statistics: both passes (histogram="exact")
+  one_pass       the same, histogram="one_pass" (quantgate's default): one forward pass, fine bins
   reused         Calibration with another hist_percent, given the cold run's statistics: no forward pass
   reused_fresh   the same hist_percent measured afresh, to check the reused run's scales against
 
@@ -98,7 +99,8 @@ def arguments(model: Path, images: np.ndarray, batch: int, hist_percent: float) 
                 batch_nums=batches, algo="hist", hist_percent=hist_percent, onnx_format=True)
 
 
-def run(kind: str, model: Path, images: np.ndarray, batch: int, hist_percent: float, out: Path, statistics=None):
+def run(kind: str, model: Path, images: np.ndarray, batch: int, hist_percent: float, out: Path, statistics=None,
+        histogram: str = "exact"):
     """One calibration, saved to `out`: (seconds by phase, the Calibration or None)."""
     seconds: dict[str, float] = {}
     with static_mode():
@@ -112,7 +114,8 @@ def run(kind: str, model: Path, images: np.ndarray, batch: int, hist_percent: fl
                 quant_post_static(executor=executor, quantize_model_path=str(out), scope=scope, **settings)
             else:
                 settings["quantizable_op_type"] = QUANTIZABLE  # quant_post_static's list; paddle's default is shorter
-                calibration = Calibration(executor=executor, scope=scope, statistics=statistics, **settings)
+                calibration = Calibration(executor=executor, scope=scope, statistics=statistics, histogram=histogram,
+                                          **settings)
                 calibration.quantize()
                 calibration.save_quantized_model(str(out), model_filename="model.pdmodel")
                 seconds["statistics_s"] = calibration.statistics_s
@@ -163,12 +166,15 @@ def main() -> None:
             rows["paddleslim"], _ = run("paddleslim", model, images, args.batch_size, args.hist_percent,
                                         work / "paddleslim")
         rows["cold"], cold = run("cold", model, images, args.batch_size, args.hist_percent, work / "cold")
+        rows["one_pass"], _ = run("one_pass", model, images, args.batch_size, args.hist_percent, work / "one_pass",
+                                  histogram="one_pass")
         rows["reused"], _ = run("reused", model, images, args.batch_size, args.second_hist_percent, work / "reused",
                                 statistics=cold.statistics)
         if not args.skip_fresh:
             rows["reused_fresh"], _ = run("fresh", model, images, args.batch_size, args.second_hist_percent,
                                           work / "reused_fresh")
-        versus = {"cold": "paddleslim", "reused": "reused_fresh", "reused_fresh": None, "paddleslim": None}
+        versus = {"cold": "paddleslim", "one_pass": "cold", "reused": "reused_fresh", "reused_fresh": None,
+                  "paddleslim": None}
         compared = {name: (compare(work / name, work / versus[name]) if versus[name] in rows else ("-", "-"))
                     for name in rows}
 

@@ -223,6 +223,12 @@ class QuantizeConfig(Section):
         "channel by channel (the conv's filter takes the inverse), so one INT8 grid fits every channel; "
         "the model's function is unchanged.",
     )
+    calibration_histogram: Literal["one_pass", "exact"] = Field(
+        "one_pass", description="How 'hist' and 'KL' measure: 'one_pass' runs each calibration batch once and "
+        "bins activations into fine fixed bins, read off as PaddleSlim's 2048 once the range is known (half the "
+        "forward passes; thresholds within a fine bin, 0.2 %, of PaddleSlim's); 'exact': PaddleSlim's two passes, "
+        "scale for scale.",
+    )
     search: SearchConfig = Field(default_factory=SearchConfig, description="Budget and recipes of strategy 'search'.")
 
     def with_recipe(self, recipe: QuantizeRecipe, float_layers: tuple[str, ...] = ()) -> "QuantizeConfig":

@@ -129,7 +129,7 @@ def quantize_with_data(
                      ", ".join(e.tensor for e in equalized),
                      ", ".join(f"{e.range_ratio_before:.0f}x" for e in equalized))
 
-        def calibration_feed():  # PaddleSlim iterates it once per calibration pass ('hist' and 'KL' make two)
+        def calibration_feed():  # iterated once per calibration pass ('hist' and 'KL' make two unless one_pass)
             fed.append([0, 0])
             progress = Progress(log, f"quantize calibration pass {len(fed)}, batch", batches, every_s=5.0)
             stream = data.fetch("calibration", chunks, num_workers)
@@ -152,7 +152,7 @@ def quantize_with_data(
                 skip_tensor_list=list(config.skip_tensors) or None, optimize_model=False, deploy_backend=None,
             )
             if config.algo in STATISTIC_ALGOS:
-                quantizer = Calibration(statistics=statistics, **settings)
+                quantizer = Calibration(statistics=statistics, histogram=config.calibration_histogram, **settings)
             else:
                 quantizer = PostTrainingQuantization(**settings)
             quantizer.quantize()
@@ -184,6 +184,7 @@ def quantize_with_data(
             "calibration_forward_s": round(quantizer.forward_s, 3) if timed else None,
             "calibration_statistics_s": round(quantizer.statistics_s, 3) if timed else None,
             "calibration_statistics_reused": statistics is not None,
+            "calibration_histogram": config.calibration_histogram if timed else None,
             "quantize_linear_ops": counts.get("quantize_linear", 0),
             "dequantize_linear_ops": counts.get("dequantize_linear", 0),
             "equalized_tensors": [e.record() for e in equalized],

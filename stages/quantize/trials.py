@@ -43,10 +43,11 @@ CALIBRATION_METRICS = "calibration.json"
 # What decides a PaddleSlim calibration besides the model and the images.
 CALIBRATION_FIELDS = ("algo", "hist_percent", "bias_correction", "weight_quantize_type",
                       "batch_size", "batch_nums", "max_calibration_samples", "skip_tensors",
-                      "equalize_depthwise_inputs")
+                      "equalize_depthwise_inputs", "calibration_histogram")
 # What decides the statistics calibrations measure, besides the model and the images (the rows and batches).
-STATISTICS_FIELDS = ("batch_size", "batch_nums", "max_calibration_samples", "equalize_depthwise_inputs")
-STATISTICS_FORMAT = "quantgate-calibration-statistics-1"  # the sampled tensors, bins and file layout
+STATISTICS_FIELDS = ("batch_size", "batch_nums", "max_calibration_samples", "equalize_depthwise_inputs",
+                     "calibration_histogram")
+STATISTICS_FORMAT = "quantgate-calibration-statistics-2"  # the sampled tensors, bins and file layout
 
 
 class Cache(Protocol):
@@ -230,7 +231,8 @@ class TrialRunner:
 
     def _keep_statistics(self, key: str, statistics: Statistics) -> None:
         """Keep `statistics` for this search, and in the cache: under the histogram pass's digest if it ran."""
-        digest = f"{key}/histograms" if statistics.histograms is not None else key
+        with_histograms = statistics.histograms is not None or statistics.fine_histograms is not None
+        digest = f"{key}/histograms" if with_histograms else key
         self._statistics[digest] = statistics
         if self.cache is not None and self.cache.get(content_digest(digest)) is None:
             with self.cache.fill(content_digest(digest)) as staging:

@@ -141,5 +141,7 @@ def test_a_recipe_that_changes_only_hist_percent_reuses_the_first_calibrations_s
     assert [trial["recipe"]["hist_percent"] for trial in trials] == [0.9999, 0.999]
     assert [trial["statistics_reused"] for trial in trials] == [False, True]
     assert not any(trial["calibration_cached"] for trial in trials)  # two calibrations, one set of forward passes
+    # one pass per batch: 'hist' bins in the pass that measures the ranges (calibration_histogram one_pass)
+    assert result.metrics["calibration_histogram"] == "one_pass"
     assert result.metrics["calibration_forward_batches"] == (0 if result.metrics["search"]["kept_trial"] == 2 else
-                                                              2 * result.metrics["calibration_batches"])
+                                                              result.metrics["calibration_batches"])
