@@ -303,27 +303,24 @@ class Calibration(PostTrainingQuantization):
         self.forward_batches += batches
         self.statistics.batches = max(self.statistics.batches, batches)
 
-    def _measure_ranges(self, name: str) -> None:
+    def _measure_ranges(self, name: str, fine: bool = False) -> None:
+        """`name`'s per-sample max |x| and min |x|; `fine`: its fine histogram too, in the same pass."""
         values = _view(self._scope, name)
         statistics = self.statistics
         if values.size == 0:
             statistics.zero_size.add(name)
             return
-        row_abs_max, abs_min = _ranges(values)
+        if fine:
+            row_abs_max, abs_min, counts = fine_histogram.measure(values, statistics.fine_histograms.get(name))
+            statistics.fine_histograms[name] = counts
+        else:
+            row_abs_max, abs_min = _ranges(values)
         statistics.row_abs_max.setdefault(name, []).append(row_abs_max)
         statistics.abs_min[name] = min(abs_min, statistics.abs_min.get(name, np.inf))
 
     def _measure_once(self, name: str) -> None:
         """The ranges and the fine histogram of `name`, in one pass (`fine_histogram.measure`)."""
-        values = _view(self._scope, name)
-        statistics = self.statistics
-        if values.size == 0:
-            statistics.zero_size.add(name)
-            return
-        row_abs_max, abs_min, counts = fine_histogram.measure(values, statistics.fine_histograms.get(name))
-        statistics.fine_histograms[name] = counts
-        statistics.row_abs_max.setdefault(name, []).append(row_abs_max)
-        statistics.abs_min[name] = min(abs_min, statistics.abs_min.get(name, np.inf))
+        self._measure_ranges(name, fine=True)
 
     def _measure_histogram(self, name: str) -> None:
         values = _view(self._scope, name)
