@@ -12,6 +12,9 @@ convert stage's lowering is run again with its backbone rewrites switched on one
   + integer_hardswish  HardSwish as QLinearAdd + QLinearMul (the convert stage's default on VNNI/AMX CPUs)
   + 7-bit weights      conv/matmul weights in [-64, 63] (the default on x86 CPUs without VNNI/AMX, whose
                        u8 x s8 kernels saturate with 8-bit weights: convert/weight_range.py)
+  + hardswish grids    8-bit weights; an affine after HardSwish that no other absorption takes gets a grid of
+                       its own with an exact zero point (off by default: convert/affine_absorption.py),
+                       timed against + integer_hardswish
   ort_quantize_static  peer: onnxruntime's own quantize_static (QDQ, per channel, u8/s8, MinMax), same lines
 
 Each runs in onnxruntime (2 threads) at batch 1 and 16, timed round by round against the step before it
@@ -46,7 +49,10 @@ from quantgate.stages.evaluate.forms import ModelForm, open_runner  # noqa: E402
 STEPS = (("lowered_plain", {"absorb_affines": False, "hardswish_in_integers": False}),
          ("+ affines", {"absorb_affines": True, "hardswish_in_integers": False}),
          ("+ integer_hardswish", {"absorb_affines": True, "hardswish_in_integers": True}),
-         ("+ 7-bit weights", {"absorb_affines": True, "hardswish_in_integers": True, "weight_bits": 7}))
+         ("+ 7-bit weights", {"absorb_affines": True, "hardswish_in_integers": True, "weight_bits": 7}),
+         ("+ hardswish grids", {"absorb_affines": True, "hardswish_in_integers": True, "hardswish_grids": True}))
+# Each step's gain is over the step before it, but the last (8-bit weights, like + integer_hardswish) is over that one.
+GAIN_OVER = {"+ hardswish grids": "+ integer_hardswish"}
 SHOWN_OPS = ("QLinearConv", "QLinearAdd", "QLinearMul", "QuantizeLinear", "DequantizeLinear", "Mul", "Add",
              "HardSigmoid")
 
@@ -90,7 +96,7 @@ def latencies(files: dict[str, Path], data, batches: list[int], repeats: int, ro
         del runners
         median = {name: float(np.median(np.concatenate(blocks))) for name, blocks in by_round.items()}
         for index, name in enumerate(order):
-            previous = order[index - 1] if name in dict(STEPS) else None
+            previous = GAIN_OVER.get(name, order[index - 1]) if name in dict(STEPS) else None
             rows.append({"batch": batch_size, "variant": name, "latency_ms_p50": median[name],
                          "speedup_vs_ort_fp32": median["ort_fp32"] / median[name],
                          "gain_over": previous,

@@ -26,6 +26,17 @@ that does not pad, the shift is made up exactly instead: `S · (z' - round(z'))`
 output channel's weights joins that convolution's int32 bias (`rounding_into_next_bias`). A padded
 convolution reads the zero point at its border, where the correction would be wrong, so it does not qualify.
 The scales are PaddleSlim's, re-expressed; nothing is calibrated here.
+
+With `hardswish_grids` (off by default; `lower_int8(..., hardswish_grids=True)`), where neither holds and the
+affine follows a HardSwish (`y = a * hardswish(x) + b`, the common case in front of PP-LCNetV3's padded
+depthwise convolutions), `y`'s grid is rebuilt instead (`regridded`): HardSwish is at least -0.375, so `y`
+never goes below `b - 0.375 a`, and PaddleSlim's symmetric int8 grid spends codes below that on nothing. The
+new grid spans `[max(b - 0.375 a, PaddleSlim's low end), PaddleSlim's high end]` (and 0) with the step
+`S' = |b| / k`, k the largest integer that still fits that span in 255 steps, so `b / S'` is an integer and
+the zero point `z + b / S'` is exact: no offset, and a padded convolution reads zero at its border; the int32
+biases of the convolutions reading `y` move to the new grid. The step is at most MAX_STEP_GROWTH coarser than
+PaddleSlim's (on PP-OCRv4's recognizer it was 0.51-0.62 of it), the top of the range is PaddleSlim's; the
+largest step ratio is recorded (`max_regrid_step_ratio`).
 Only positive `a` qualifies (a scale is positive), only a chain whose every tensor has one reader, and only
 while `z'` stays in the grid's integer range.
 """
@@ -45,6 +56,9 @@ from quantgate.stages.convert.onnx_ops import copied_node, drop_unused_initializ
 # shift cost up to 7 points of line accuracy). Only an affine whose zero point lands this close to an integer
 # becomes a grid; after a convolution, the exact fold into its bias comes first.
 MAX_SHIFT_STEPS = 0.05
+# A rebuilt grid (after a HardSwish, see the module doc) may be at most this much coarser than PaddleSlim's.
+MAX_STEP_GROWTH = 0.05
+HARDSWISH_MIN = -0.375  # hardswish(x) = x * relu6(x + 3) / 6 is smallest at x = -1.5
 RANGES = {onnx.TensorProto.UINT8: (0, 255), onnx.TensorProto.INT8: (-128, 127)}
 
 
@@ -54,13 +68,16 @@ class AbsorbedAffines:
     after_dequantize: int = 0  # affines folded into the DequantizeLinear before them
     before_quantize: int = 0  # affines folded into the QuantizeLinear after them
     rounding_into_next_bias: int = 0  # of those, the zero point's rounding made up in the unpadded convs reading it
+    regridded: int = 0  # of those, after a HardSwish: the output's grid rebuilt so its zero point is exact
     max_zero_point_shift_steps: float = 0.0
+    max_regrid_step_ratio: float = 0.0  # the rebuilt grids' step over PaddleSlim's, at most 1 + MAX_STEP_GROWTH
     kept: list[str] = field(default_factory=list)  # affine nodes left as float ops, and why
 
     def as_metrics(self) -> dict:
         return {"into_convolution": self.into_convolution, "after_dequantize": self.after_dequantize,
                 "before_quantize": self.before_quantize, "rounding_into_next_bias": self.rounding_into_next_bias,
-                "max_zero_point_shift_steps": round(self.max_zero_point_shift_steps, 4), "kept": self.kept}
+                "regridded": self.regridded, "max_zero_point_shift_steps": round(self.max_zero_point_shift_steps, 4),
+                "max_regrid_step_ratio": round(self.max_regrid_step_ratio, 4), "kept": self.kept}
 
 
 class _Graph:
@@ -150,8 +167,9 @@ def _drop(graph: _Graph, chain: list[onnx.NodeProto], removed: set[int]) -> None
             graph.readers[name] = [reader for reader in graph.readers.get(name, []) if reader is not node]
 
 
-def absorb_scalar_affines(model: onnx.ModelProto) -> AbsorbedAffines:
-    """Fold scalar Mul/Add chains into the per-tensor DequantizeLinear before or QuantizeLinear after them, in place."""
+def absorb_scalar_affines(model: onnx.ModelProto, hardswish_grids: bool = False) -> AbsorbedAffines:
+    """Fold scalar Mul/Add chains into the per-tensor DequantizeLinear before or QuantizeLinear after them, in place;
+    with `hardswish_grids`, an affine after a HardSwish that qualifies for neither gets a grid of its own."""
     nodes = list(model.graph.node)
     graph, result, removed = _Graph(model.graph, nodes), AbsorbedAffines(), set()
     producers = {output: node for node in nodes for output in node.output}
@@ -193,10 +211,14 @@ def absorb_scalar_affines(model: onnx.ModelProto) -> AbsorbedAffines:
                 _rounding_into_convolutions(graph, producers, node, grid, scale * (exact - round(exact))):
             reason, exact = None, float(round(exact))  # the rounding is made up exactly downstream
             result.rounding_into_next_bias += 1
+        source = next(name for name in chain[0].input if graph.scalar(name) is None)
+        if reason is not None and a > 0 and hardswish_grids and (regrid := _hardswish_regrid(graph, producers, node, source, a, b, grid)):
+            reason, scale, exact, ratio = None, *regrid
+            result.regridded += 1
+            result.max_regrid_step_ratio = max(result.max_regrid_step_ratio, ratio)
         if reason is not None:
             result.kept.append(f"{chain[0].name}: {reason}")
             continue
-        source = next(name for name in chain[0].input if graph.scalar(name) is None)
         _set_grid(graph, node, scale / a, int(round(exact)), data_type)
         _drop(graph, chain, removed)
         graph.readers.setdefault(source, []).append(node)
@@ -288,6 +310,62 @@ def _bias_shift(graph: _Graph, producers: dict[str, onnx.NodeProto], conv: onnx.
     bias_scale = numpy_helper.to_array(graph.constants[bias_dq.input[1]]).astype(np.float64)
     shifted = np.round(bias + offset * weights.reshape(len(weights), -1).sum(axis=1) / bias_scale)
     return None if np.abs(shifted).max() >= 2**31 else (bias_dq, shifted.astype(np.int32))
+
+
+def _hardswish_regrid(graph: _Graph, producers: dict[str, onnx.NodeProto], quantize: onnx.NodeProto, source: str,
+                      a: float, b: float, grid: tuple) -> tuple[float, float, float] | None:
+    """For `a * hardswish(x) + b` quantized by `quantize`: (y's new step, the zero point x's grid then takes, new step
+    over PaddleSlim's), with every DequantizeLinear reading `quantize` moved to y's new grid; None, changing
+    nothing, where `source` is not a HardSwish, a reader is not such a DequantizeLinear, or no step fits."""
+    hardswish = producers.get(source)
+    if hardswish is None or hardswish.op_type != "HardSwish" or quantize.output[0] in graph.outputs or b == 0:
+        return None
+    readers = graph.readers.get(quantize.output[0], [])
+    if not readers or any(reader.op_type != "DequantizeLinear" or _grid(graph, reader) != grid for reader in readers):
+        return None
+    scale, zero_point, data_type = grid
+    low, high = RANGES[data_type]
+    # y's least value (or PaddleSlim's clip), and a grid always holds 0: a padded convolution reads it
+    bottom = min(max(b + HARDSWISH_MIN * a, (low - zero_point) * scale), 0.0)
+    top = (high - zero_point) * scale
+    k = int(abs(b) * (high - low - 1) // (top - bottom))  # one step spare for the zero point's ceiling
+    if k < 1:
+        return None
+    step = abs(b) / k
+    y_zero = int(np.ceil(-bottom / step - 1e-6))
+    x_zero = y_zero + round(b / step)
+    if step > scale * (1 + MAX_STEP_GROWTH) or not low <= y_zero <= high or not low <= x_zero <= high \
+            or (high - y_zero) * step < top * (1 - 1e-6):
+        return None
+    biases = [_rescaled_bias(graph, producers, conv, reader.output[0], step / scale)
+              for reader in readers for conv in graph.readers.get(reader.output[0], []) if conv.op_type == "Conv"]
+    if any(bias is None for bias in biases):
+        return None
+    for reader in readers:
+        _set_grid(graph, reader, step, y_zero, data_type)
+    for bias_dq, values, bias_scale in filter(None, biases):  # a fused QLinearConv needs its bias on the x_scale * w_scale grid
+        bias_dq.input[0] = graph.new_constant(bias_dq.input[0], values, "regrid")
+        bias_dq.input[1] = graph.new_constant(bias_dq.input[1], bias_scale, "regrid")
+    return step, float(x_zero), step / scale
+
+
+def _rescaled_bias(graph: _Graph, producers: dict[str, onnx.NodeProto], conv: onnx.NodeProto, tensor: str,
+                   ratio: float):
+    """(bias DequantizeLinear, int32 bias, its scale): `conv`'s bias on the grid of its input's scale times `ratio`;
+    () for a conv without a bias; None where `conv` reads `tensor` as a weight or its bias is not an int32 of its own."""
+    if conv.input[0] != tensor:
+        return None
+    if len(conv.input) < 3 or not conv.input[2]:
+        return ()
+    bias_dq = producers.get(conv.input[2])
+    if bias_dq is None or bias_dq.op_type != "DequantizeLinear" or not all(name in graph.constants for name in bias_dq.input) \
+            or graph.constants[bias_dq.input[0]].data_type != onnx.TensorProto.INT32 \
+            or len(graph.readers.get(bias_dq.output[0], [])) != 1 or len(bias_dq.input) > 2:
+        return None
+    values, scale = (numpy_helper.to_array(graph.constants[name]) for name in bias_dq.input[:2])
+    new_scale = (scale.astype(np.float64) * ratio).astype(np.float32)
+    rescaled = np.round(values.astype(np.float64) * scale / new_scale)
+    return None if np.abs(rescaled).max() >= 2**31 else (bias_dq, rescaled.astype(np.int32), new_scale)
 
 
 def _refusal(a: float, zero_point: float, low: int, high: int) -> str | None:

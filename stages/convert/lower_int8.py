@@ -176,6 +176,7 @@ class LoweringResult:
 def lower_int8(
     raw_int8_onnx: Path, out_onnx: Path, fold_activations: bool = True, paddle_model_prefix: Path | None = None,
     absorb_affines: bool = True, hardswish_in_integers: bool = True, weight_bits: int = 8,
+    hardswish_grids: bool = False,
 ) -> LoweringResult:
     """Re-encode paddle2onnx's INT8 model (PaddleSlim's scales) as uint8/int8 QDQ onnxruntime fuses.
 
@@ -188,6 +189,8 @@ def lower_int8(
     `absorb_affines` and `hardswish_in_integers` switch the two backbone rewrites (on by default; off
     only to measure what each gains). `weight_bits=7` requantizes the conv/matmul weights to [-64, 63] for
     CPUs whose u8 x s8 kernels saturate (`weight_range.onnxruntime_weight_bits` decides it for a CPU).
+    `hardswish_grids` rebuilds the grid of an affine after a HardSwish that no other absorption takes (see
+    `affine_absorption`): off by default, measured in benchmarks/lowering_patterns.py.
 
     Raises:
         ConversionError: the model's Q/DQ pattern is not understood, or onnxruntime's quantizer
@@ -195,7 +198,8 @@ def lower_int8(
     """
     program_scales = paddle_program_scales(paddle_model_prefix) if paddle_model_prefix is not None else None
     return lower_int8_model(onnx.load(str(raw_int8_onnx)), out_onnx, program_scales, fold_activations,
-                            Path(raw_int8_onnx).name, absorb_affines, hardswish_in_integers, weight_bits)
+                            Path(raw_int8_onnx).name, absorb_affines, hardswish_in_integers, weight_bits,
+                            hardswish_grids)
 
 
 def _with_propagated_scales(quantization: PaddleQuantization) -> tuple[PaddleQuantization, PropagatedScales]:
@@ -280,7 +284,7 @@ def _lowering_metrics(quantization: PaddleQuantization, propagated: PropagatedSc
 def lower_int8_model(raw: onnx.ModelProto, out_onnx: Path, program_scales: WeightScales | None = None,
                      fold_activations: bool = True, name: str = "the model",
                      absorb_affines: bool = True, hardswish_in_integers: bool = True,
-                     weight_bits: int = 8) -> LoweringResult:
+                     weight_bits: int = 8, hardswish_grids: bool = False) -> LoweringResult:
     """`lower_int8` on a loaded paddle2onnx model and PaddleSlim's program scales (`paddle_program_scales`)."""
     if weight_bits not in (7, 8):
         raise ValueError(f"weight_bits must be 7 or 8, not {weight_bits!r}")
@@ -291,7 +295,7 @@ def lower_int8_model(raw: onnx.ModelProto, out_onnx: Path, program_scales: Weigh
         raise ConversionError(f"{name} has no node PaddleSlim quantized; nothing to lower")
     _quantize_with_paddle_scales(quantization, nodes, out_onnx, fold_activations, name)
     lowered = _drop_zero_bias_zero_points(onnx.load(str(out_onnx)))
-    absorbed = absorb_scalar_affines(lowered) if absorb_affines else None
+    absorbed = absorb_scalar_affines(lowered, hardswish_grids) if absorb_affines else None
     hardswishes = integer_hardswish(lowered) if hardswish_in_integers else 0
     float_graph = quantization.float_model.graph
     producers = {node.output[0]: node for node in float_graph.node if node.output}

@@ -47,7 +47,8 @@ def test_onnxruntime_runs_every_quantized_convolution_as_an_integer_kernel(stage
     assert "Conv" not in lowered and "Relu" not in lowered  # ReLUs folded into the integer convolutions
     # no learnable affines or HardSwish in this CNN: the backbone rewrites find nothing and change nothing
     assert metrics["int8"]["absorbed_affines"] == {"into_convolution": 0, "after_dequantize": 0, "before_quantize": 0,
-                                                   "rounding_into_next_bias": 0, "max_zero_point_shift_steps": 0.0,
+                                                   "rounding_into_next_bias": 0, "regridded": 0,
+                                                   "max_zero_point_shift_steps": 0.0, "max_regrid_step_ratio": 0.0,
                                                    "kept": []}
     assert metrics["int8"]["integer_hardswish"] == 0
     assert runtime_op_counts(stage_dirs.convert / "int8.onnx")["ops"] == lowered

@@ -77,6 +77,34 @@ def test_a_rounded_zero_point_read_by_a_padded_conv_is_kept_float(models, tmp_pa
     assert metrics["integer_hardswish"] == 0
 
 
+def test_with_hardswish_grids_an_affine_read_by_a_padded_conv_gets_a_grid_with_an_exact_zero_point(models, tmp_path):
+    # y = a * hardswish(x) + b gets a grid of its own whose step divides b, so its zero point is exact and the
+    # padded conv reads a true zero at its border
+    model = models("lab_padded")
+    ours, metrics = lowered(model, tmp_path, hardswish_grids=True)
+    absorbed = metrics["absorbed_affines"]
+    assert absorbed["rounding_into_next_bias"] == 0 and absorbed["into_convolution"] == 1
+    assert absorbed["regridded"] == 1 and absorbed["kept"] == [] and absorbed["max_zero_point_shift_steps"] <= 0.05
+    assert 0 < absorbed["max_regrid_step_ratio"] <= 1.05
+    assert metrics["integer_hardswish"] == 1
+    graph = onnx.load(str(ours)).graph
+    constants = {init.name: onnx.numpy_helper.to_array(init) for init in graph.initializer}
+    producers = {output: node for node in graph.node for output in node.output}
+    padded = [node for node in graph.node if node.op_type == "Conv"  # the second conv; the first reads the image
+              and any(attribute.name == "pads" and any(attribute.ints) for attribute in node.attribute)][1:]
+    assert len(padded) == 1
+    dequantize = producers[padded[0].input[0]]
+    step, zero = (float(constants[name]) for name in dequantize.input[1:3])
+    bias_scale = constants[producers[padded[0].input[2]].input[1]]
+    weight_scale = constants[producers[padded[0].input[1]].input[1]]
+    assert np.allclose(bias_scale / weight_scale, step, rtol=1e-6)  # the int32 bias moved with the input's grid
+    ops = runtime_op_counts(ours)["ops"]
+    assert ops.get("QLinearConv") == 2 and "HardSigmoid" not in ops and "Mul" not in ops
+    assert 0 < zero < 128  # the codes below hardswish's least value went back to the range
+    # the borders, where the padded conv reads the zero point, included
+    assert relative_error(run(ours, model.inputs), run(model.raw_onnx, model.inputs)) <= 0.02
+
+
 def test_squeeze_and_excitation_multiplies_in_integers(models, tmp_path):
     model = models("se_block")
     ours, metrics = lowered(model, tmp_path)
