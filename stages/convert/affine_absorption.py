@@ -35,7 +35,7 @@ new grid spans `[max(b - 0.375 a, PaddleSlim's low end), PaddleSlim's high end]`
 `S' = |b| / k`, k the largest integer that still fits that span in 255 steps, so `b / S'` is an integer and
 the zero point `z + b / S'` is exact: no offset, and a padded convolution reads zero at its border; the int32
 biases of the convolutions reading `y` move to the new grid. The step is at most MAX_STEP_GROWTH coarser than
-PaddleSlim's (on PP-OCRv4's recognizer it was 0.51-0.62 of it), the top of the range is PaddleSlim's; the
+PaddleSlim's (on PP-OCRv4's recognizer it was 0.51-0.75 of it), the top of the range is PaddleSlim's; the
 largest step ratio is recorded (`max_regrid_step_ratio`).
 Only positive `a` qualifies (a scale is positive), only a chain whose every tensor has one reader, and only
 while `z'` stays in the grid's integer range.
@@ -212,7 +212,8 @@ def absorb_scalar_affines(model: onnx.ModelProto, hardswish_grids: bool = False)
             reason, exact = None, float(round(exact))  # the rounding is made up exactly downstream
             result.rounding_into_next_bias += 1
         source = next(name for name in chain[0].input if graph.scalar(name) is None)
-        if reason is not None and a > 0 and hardswish_grids and (regrid := _hardswish_regrid(graph, producers, node, source, a, b, grid)):
+        if reason is not None and a > 0 and hardswish_grids \
+                and (regrid := _hardswish_regrid(graph, producers, node, source, a, b, grid)):
             reason, scale, exact, ratio = None, *regrid
             result.regridded += 1
             result.max_regrid_step_ratio = max(result.max_regrid_step_ratio, ratio)
@@ -243,11 +244,8 @@ def _into_convolution(graph: _Graph, dequantize: onnx.NodeProto, a: float, b: fl
     conv = producers.get(quantize.input[0])
     if conv is None or conv.op_type != "Conv" or len(conv.input) < 3 or graph.only_reader(conv.output[0]) is not quantize:
         return False
-    bias_dq = producers.get(conv.input[2])
-    if (bias_dq is None or bias_dq.op_type != "DequantizeLinear" or bias_dq.input[0] not in graph.constants
-            or bias_dq.input[1] not in graph.constants or len(bias_dq.input) > 2
-            or graph.constants[bias_dq.input[0]].data_type != onnx.TensorProto.INT32
-            or len(graph.readers.get(bias_dq.output[0], [])) != 1):
+    bias_dq = _own_int32_bias(graph, producers, conv)
+    if bias_dq is None or len(bias_dq.input) > 2:
         return False
     grid = _grid(graph, quantize)
     if grid is None or _grid(graph, dequantize) != grid:
@@ -297,11 +295,9 @@ def _bias_shift(graph: _Graph, producers: dict[str, onnx.NodeProto], conv: onnx.
     if conv.op_type != "Conv" or conv.input[0] != tensor or len(conv.input) < 3 or any(attributes.get("pads", [])) \
             or attributes.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID"):
         return None
-    weight_dq, bias_dq = producers.get(conv.input[1]), producers.get(conv.input[2])
-    constant = [dq is not None and dq.op_type == "DequantizeLinear"
-                and all(name in graph.constants for name in dq.input) for dq in (weight_dq, bias_dq)]
-    if not all(constant) or graph.constants[bias_dq.input[0]].data_type != onnx.TensorProto.INT32 \
-            or len(graph.readers.get(bias_dq.output[0], [])) != 1:
+    weight_dq, bias_dq = producers.get(conv.input[1]), _own_int32_bias(graph, producers, conv)
+    if weight_dq is None or weight_dq.op_type != "DequantizeLinear" or bias_dq is None \
+            or not all(name in graph.constants for name in weight_dq.input):
         return None
     values, scale, zero = (numpy_helper.to_array(graph.constants[name]).astype(np.float64) for name in weight_dq.input)
     shape = (-1,) + (1,) * (values.ndim - 1)
@@ -343,7 +339,8 @@ def _hardswish_regrid(graph: _Graph, producers: dict[str, onnx.NodeProto], quant
         return None
     for reader in readers:
         _set_grid(graph, reader, step, y_zero, data_type)
-    for bias_dq, values, bias_scale in filter(None, biases):  # a fused QLinearConv needs its bias on the x_scale * w_scale grid
+    # a fused QLinearConv needs its bias on the x_scale * w_scale grid
+    for bias_dq, values, bias_scale in filter(None, biases):
         bias_dq.input[0] = graph.new_constant(bias_dq.input[0], values, "regrid")
         bias_dq.input[1] = graph.new_constant(bias_dq.input[1], bias_scale, "regrid")
     return step, float(x_zero), step / scale
@@ -351,21 +348,31 @@ def _hardswish_regrid(graph: _Graph, producers: dict[str, onnx.NodeProto], quant
 
 def _rescaled_bias(graph: _Graph, producers: dict[str, onnx.NodeProto], conv: onnx.NodeProto, tensor: str,
                    ratio: float):
-    """(bias DequantizeLinear, int32 bias, its scale): `conv`'s bias on the grid of its input's scale times `ratio`;
-    () for a conv without a bias; None where `conv` reads `tensor` as a weight or its bias is not an int32 of its own."""
+    """(bias DequantizeLinear, int32 bias, its scale): `conv`'s bias on the grid of its input's scale times
+    `ratio`; () for a conv without a bias; None where `conv` reads `tensor` as a weight or its bias is not an
+    int32 of its own."""
     if conv.input[0] != tensor:
         return None
     if len(conv.input) < 3 or not conv.input[2]:
         return ()
-    bias_dq = producers.get(conv.input[2])
-    if bias_dq is None or bias_dq.op_type != "DequantizeLinear" or not all(name in graph.constants for name in bias_dq.input) \
-            or graph.constants[bias_dq.input[0]].data_type != onnx.TensorProto.INT32 \
-            or len(graph.readers.get(bias_dq.output[0], [])) != 1 or len(bias_dq.input) > 2:
+    bias_dq = _own_int32_bias(graph, producers, conv)
+    if bias_dq is None or len(bias_dq.input) > 2:
         return None
     values, scale = (numpy_helper.to_array(graph.constants[name]) for name in bias_dq.input[:2])
     new_scale = (scale.astype(np.float64) * ratio).astype(np.float32)
     rescaled = np.round(values.astype(np.float64) * scale / new_scale)
     return None if np.abs(rescaled).max() >= 2**31 else (bias_dq, rescaled.astype(np.int32), new_scale)
+
+
+def _own_int32_bias(graph: _Graph, producers: dict[str, onnx.NodeProto], conv: onnx.NodeProto):
+    """The DequantizeLinear of `conv`'s bias if it dequantizes constant int32 values read by `conv` alone, else None."""
+    bias_dq = producers.get(conv.input[2]) if len(conv.input) > 2 and conv.input[2] else None
+    if bias_dq is None or bias_dq.op_type != "DequantizeLinear" \
+            or not all(name in graph.constants for name in bias_dq.input) \
+            or graph.constants[bias_dq.input[0]].data_type != onnx.TensorProto.INT32 \
+            or len(graph.readers.get(bias_dq.output[0], [])) != 1:
+        return None
+    return bias_dq
 
 
 def _refusal(a: float, zero_point: float, low: int, high: int) -> str | None:
