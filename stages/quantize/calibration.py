@@ -1,7 +1,7 @@
 """PaddleSlim's post-training calibration with the same thresholds, measured for less, and measured once.
 
 `Calibration` is paddle's `PostTrainingQuantization` (what PaddleSlim's `quant_post_static` builds) with its
-sampling passes replaced, for the algorithms 'hist', 'KL', 'abs_max' and 'avg':
+sampling passes replaced, for the algorithms 'hist', 'KL', 'abs_max', 'avg' and 'mse' (`mse_search`):
 
 - activations are read in place (a view of the scope's tensor), not copied to numpy first;
 - one pass over a tensor gives each sample's max |x| and the tensor's min |x|: PaddleSlim's abs-min/max pass,
@@ -36,9 +36,9 @@ from paddle.base import core
 from paddle.base.framework import IrGraph
 from paddle.static.quantization import AddQuantDequantForInferencePass, PostTrainingQuantization, utils
 
-from quantgate.stages.quantize import fine_histogram
+from quantgate.stages.quantize import fine_histogram, mse_search
 
-STATISTIC_ALGOS = ("hist", "KL", "abs_max", "avg")  # algorithms whose sampling this module replaces
+STATISTIC_ALGOS = ("hist", "KL", "abs_max", "avg", "mse")  # algorithms whose sampling this module replaces
 HISTOGRAM_ALGOS = ("hist", "KL")
 HISTOGRAM_METHODS = ("one_pass", "exact")  # fine bins in the first pass, or PaddleSlim's two passes
 STATISTICS_FILE, STATISTICS_NAMES_FILE = "statistics.npz", "statistics.json"
@@ -53,7 +53,8 @@ class Statistics:
 
     `row_abs_max[name]`: per batch, each sample's max |x| (float32); `abs_min[name]`: the smallest |x| seen;
     `histograms[name]`: counts over PaddleSlim's 2048 bins of [abs min, abs max], or None before that pass;
-    `fine_histograms[name]`: (first bin, counts) of `fine_histogram`'s fixed bins, measured with the ranges.
+    `fine_histograms[name]`: (first bin, counts) of `fine_histogram`'s fixed bins, measured with the ranges;
+    `mse_losses[name]`: per batch, (each of 'mse''s candidate scales' loss, the batch's max |x|) (`mse_search`).
     """
 
     batches: int
@@ -62,6 +63,7 @@ class Statistics:
     zero_size: set[str] = field(default_factory=set)
     histograms: dict[str, np.ndarray] | None = None
     fine_histograms: dict[str, tuple[int, np.ndarray]] | None = None
+    mse_losses: dict[str, list[tuple[np.ndarray, float]]] | None = None
 
     def abs_max(self, name: str) -> float:
         return float(max(rows.max() for rows in self.row_abs_max[name]))
@@ -86,11 +88,15 @@ class Statistics:
                        if with_histograms and self.histograms and name in self.histograms})
         fine = self.fine_histograms or {}
         arrays.update({f"fine{i}": fine[name][1] for i, name in enumerate(names) if name in fine})
+        mse = self.mse_losses or {}
+        arrays.update({f"mse{i}_{b}": np.append(losses, largest) for i, name in enumerate(names)
+                       for b, (losses, largest) in enumerate(mse.get(name, ()))})
         np.savez(folder / STATISTICS_FILE, **arrays)
         index = {"batches": self.batches, "names": names, "abs_min": [self.abs_min[name] for name in names],
                  "zero_size": sorted(self.zero_size), "histograms": with_histograms and self.histograms is not None,
                  "fine_first": ({name: fine[name][0] for name in names if name in fine}
-                                if self.fine_histograms is not None else None)}
+                                if self.fine_histograms is not None else None),
+                 "mse_losses": self.mse_losses is not None}
         (folder / STATISTICS_NAMES_FILE).write_text(json.dumps(index, sort_keys=True) + "\n")
 
     @classmethod
@@ -105,8 +111,11 @@ class Statistics:
             first = index.get("fine_first")
             fine = ({name: (first[name], arrays[f"fine{i}"]) for i, name in enumerate(names) if name in first}
                     if first is not None else None)
+            mse = ({name: [(arrays[key][:-1], float(arrays[key][-1])) for b in range(index["batches"])
+                           if (key := f"mse{i}_{b}") in keys] for i, name in enumerate(names)}
+                   if index.get("mse_losses") else None)
         return cls(index["batches"], rows, dict(zip(names, index["abs_min"])), set(index["zero_size"]), histograms,
-                   fine)
+                   fine, mse)
 
 
 def _view(scope, name: str) -> np.ndarray:
@@ -228,7 +237,7 @@ def _graph_edits_without_scans():
 
 
 class Calibration(PostTrainingQuantization):
-    """PostTrainingQuantization with faster sampling and reusable `Statistics` ('hist', 'KL', 'abs_max', 'avg').
+    """PostTrainingQuantization with faster sampling and reusable `Statistics` (STATISTIC_ALGOS).
 
     `statistics`: what an earlier calibration of the same model, rows and batch size measured; the passes it
     already holds are not run. `histogram`: HISTOGRAM_METHODS, how 'hist' and 'KL' measure (module docstring). After `quantize()`, `statistics` holds what was used, `forward_s` and
@@ -266,6 +275,14 @@ class Calibration(PostTrainingQuantization):
                 self._run_pass(names, self._measure_once)
                 self.statistics.fine_histograms = {name: fine_histogram.trimmed(counts) for name, counts
                                                    in self.statistics.fine_histograms.items()}
+                self._reset_activation_persistable()
+        elif self._algo == "mse":
+            if self.statistics is None or self.statistics.mse_losses is None:
+                self._set_activation_persistable()  # a copy: statistics given to this run are never changed by it
+                self.statistics = (Statistics(0) if self.statistics is None
+                                   else dataclasses.replace(self.statistics, mse_losses=None))
+                measure_ranges, self.statistics.mse_losses = not self.statistics.row_abs_max, {}
+                self._run_pass(names, lambda name: self._measure_mse(name, measure_ranges))
                 self._reset_activation_persistable()
         elif self.statistics is None or (needs_histograms and self.statistics.histograms is None):
             self._set_activation_persistable()
@@ -322,6 +339,14 @@ class Calibration(PostTrainingQuantization):
         """The ranges and the fine histogram of `name`, in one pass (`fine_histogram.measure`)."""
         self._measure_ranges(name, fine=True)
 
+    def _measure_mse(self, name: str, with_ranges: bool) -> None:
+        """The losses of 'mse''s candidate scales on `name` in this batch; `with_ranges`: its ranges too."""
+        if with_ranges:
+            self._measure_ranges(name)
+        values = _view(self._scope, name)
+        if values.size:
+            self.statistics.mse_losses.setdefault(name, []).append(mse_search.losses(values))
+
     def _measure_histogram(self, name: str) -> None:
         values = _view(self._scope, name)
         if values.size == 0 or name not in self.statistics.row_abs_max:
@@ -346,6 +371,8 @@ class Calibration(PostTrainingQuantization):
         for name in measured:
             if self._algo == "abs_max":
                 self._quantized_threshold[name] = statistics.abs_max(name)
+            elif self._algo == "mse":
+                self._quantized_threshold[name] = mse_search.threshold(statistics.mse_losses[name])
             else:  # avg: the mean over batches of each batch's mean per-sample max |x|, as PaddleSlim takes it
                 self._quantized_threshold[name] = np.array(
                     [float(np.mean(rows)) for rows in statistics.row_abs_max[name]]).mean()

@@ -129,6 +129,8 @@ def _run(runner: TrialRunner) -> SearchOutcome:
         return SearchOutcome(stopped)
     if runner.config.search.max_float_layers == 0:
         return SearchOutcome("no recipe passed and quantize.search.max_float_layers is 0")
+    if (why := runner.exhausted()) is not None:  # the last recipe may end past the budget
+        return SearchOutcome(why)
     base = min(runner.trials, key=closest_to_fp32)
     fallbacks = FallbackRanking(runner, base, runner.config.with_recipe(QuantizeRecipe(**base.recipe)))
     estimator = fallbacks.estimator()
@@ -165,6 +167,9 @@ def _try_recipes(runner: TrialRunner) -> str | None:
 def _fall_back(runner: TrialRunner, fallbacks: FallbackRanking, ranking: list[dict], estimable: bool) -> str:
     """Phase 2: the most sensitive layers in FP32, one more per trial, until one passes; then phase 3."""
     order = [entry["layer"] for entry in ranking if entry["measured"]]
+    if not order:
+        return ("no recipe passed, and the time left ran out before any layer was ranked for an FP32 fall-back "
+                "(raise quantize.search.timeout_s)" if ranking else "no recipe passed, and no layer can fall back")
     limit = min(runner.config.search.max_float_layers, len(order) - 1)  # at least one layer stays INT8
     start = 1 if not estimable or limit < 1 else fallbacks.fewest_float_layers(order, limit)
     for count in range(start, limit + 1):

@@ -218,10 +218,11 @@ class TrialRunner:
     # -- statistics shared by calibrations that differ in thresholds only --------------------------
 
     def _stored_statistics(self, key: str, algo: str) -> Statistics | None:
-        """The fullest statistics kept for `key` that `algo` can use: with histograms, else the first pass only."""
+        """The fullest statistics kept for `key` that `algo` can use: with 'mse''s losses (for it), with
+        histograms, else the first pass only."""
         if algo not in STATISTIC_ALGOS:
             return None
-        for digest in (f"{key}/histograms", key):
+        for digest in ((f"{key}/mse",) if algo == "mse" else ()) + (f"{key}/histograms", key):
             if digest not in self._statistics and self.cache is not None:
                 if (entry := self.cache.get(content_digest(digest))) is not None:
                     self._statistics[digest] = Statistics.load(entry)
@@ -230,9 +231,9 @@ class TrialRunner:
         return None
 
     def _keep_statistics(self, key: str, statistics: Statistics) -> None:
-        """Keep `statistics` for this search, and in the cache: under the histogram pass's digest if it ran."""
+        """Keep `statistics` for this search, and in the cache: under the digest of the fullest pass that ran."""
         with_histograms = statistics.histograms is not None or statistics.fine_histograms is not None
-        digest = f"{key}/histograms" if with_histograms else key
+        digest = f"{key}/mse" if statistics.mse_losses is not None else f"{key}/histograms" if with_histograms else key
         self._statistics[digest] = statistics
         if self.cache is not None and self.cache.get(content_digest(digest)) is None:
             with self.cache.fill(content_digest(digest)) as staging:

@@ -86,6 +86,7 @@ def calibration_files(root, images, out, statistics=None, **recipe):
 @pytest.mark.parametrize("recipe", [
     {"algo": "hist"}, {"algo": "hist", "hist_percent": 0.99, "weight_quantize_type": "abs_max"},
     {"algo": "avg"}, {"algo": "abs_max"},  # 'KL' bins as 'hist' does; paddle's KL search alone takes a minute here
+    {"algo": "mse"},
 ], ids=lambda recipe: "-".join(str(value) for value in recipe.values()))
 def test_the_saved_int8_program_has_paddleslims_ops_scales_and_weights(tiny_net, tmp_path, recipe):
     root, images = tiny_net
@@ -153,3 +154,22 @@ def test_a_second_quantize_reuses_statistics_and_records_its_split(tmp_path):
     assert warm.metrics["calibration_statistics_reused"] is True and warm.metrics["calibration_forward_batches"] == 0
     assert warm.metrics["calibration_samples"] == fresh.metrics["calibration_samples"] > 0
     assert (outs[1] / "model.pdiparams").read_bytes() == (outs[2] / "model.pdiparams").read_bytes()
+
+
+def test_mse_losses_are_kept_and_serve_a_second_mse_run_without_a_forward_pass(tiny_net, tmp_path):
+    root, images = tiny_net
+    _, histogram = calibration_files(root, images, tmp_path / "hist", algo="hist")
+    CountingExecutor.runs = 0
+    fresh, first = calibration_files(root, images, tmp_path / "mse", statistics=histogram.statistics, algo="mse")
+    assert first.forward_batches == BATCHES  # the losses need a pass of their own; the ranges came with the histogram
+    assert histogram.statistics.mse_losses is None  # statistics given to a run are never changed by it
+    assert all(len(batches) == BATCHES for batches in first.statistics.mse_losses.values())
+    folder = tmp_path / "statistics"
+    folder.mkdir()
+    first.statistics.save(folder)
+    CountingExecutor.runs = 0
+    reused, second = calibration_files(root, images, tmp_path / "reused", statistics=Statistics.load(folder),
+                                       algo="mse", bias_correction=True)
+    assert second.forward_batches == 0 and CountingExecutor.runs == UPKEEP_RUNS
+    assert reused == calibration_files(root, images, tmp_path / "again", algo="mse", bias_correction=True)[0]
+    assert fresh == paddleslim_files(root, images, tmp_path / "paddleslim", algo="mse")
