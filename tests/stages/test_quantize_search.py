@@ -117,6 +117,15 @@ def test_a_rerun_takes_calibrations_and_ranking_from_the_cache(searched):
     assert (root / "again" / "model.pdiparams").read_bytes() == (root / "first" / "model.pdiparams").read_bytes()
 
 
+def test_the_fall_backs_float_weights_come_from_an_abs_max_calibration_that_reuses_the_statistics(searched):
+    root, _, _ = searched
+    records = [json.loads(path.read_text()) for path in (root / "store").rglob("calibration.json")]
+    float_models = [record for record in records if record.get("algo") == "abs_max"]
+    # whatever the base recipe, the model with every layer skipped is calibrated once, by the cheapest algorithm
+    assert len(float_models) == 1 and float_models[0]["calibration_statistics_reused"]
+    assert {record["algo"] for record in records} == {"hist", "mse", "abs_max"}
+
+
 def test_a_search_that_finds_nothing_keeps_the_best_trial_and_the_gate_fails_it(broken_export, stage_dirs, tmp_path):
     impossible = GatePolicy(max_accuracy_drop=0.0, min_agreement=1.0, min_int8_accuracy=100.0, min_speedup=0.0)
     result = run_search(broken_export, stage_dirs, tmp_path / "out", policy=impossible, max_trials=2)
