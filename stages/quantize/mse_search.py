@@ -5,9 +5,10 @@ For every calibration batch and activation, PaddleSlim tries the scales s·max|x
 scale whose mean squared error is the lowest seen so far over all batches. It does that with 36 numpy passes of
 six temporaries each: on PP-OCRv4's recognizer, 160 s per batch of 32 lines. `losses` scores the same 36
 candidates in one pass, in cache-sized chunks, with the same float32 arithmetic per element (the squared errors
-of a chunk are summed in float32, the chunks in float64): 6x faster than numpy's passes on 2 M values, the losses within
-1e-7 of numpy's (relative). The losses depend only on the model and the batch, so `Statistics` keeps them and every
-recipe with `algo: mse` reuses them; `threshold` applies PaddleSlim's rule to them.
+of a chunk are summed in float32, the chunks in float64): 6x faster than numpy's passes on 2 M values, the losses
+within 1e-7 of numpy's (relative); on the recognizer one calibration on 256 lines took 108 s instead of 1,317 s,
+its program byte-identical. The losses depend only on the model and the batch, so `Statistics` keeps them and
+every recipe with `algo: mse` reuses them; `threshold` applies PaddleSlim's rule to them.
 """
 
 from __future__ import annotations
