@@ -57,6 +57,7 @@ from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, PADDLE2ONNX_I
 from quantgate.stages.data.reading import open_data  # noqa: E402
 from quantgate.stages.evaluate.cpu import cpu_record  # noqa: E402
 from quantgate.stages.evaluate.forms import ModelForm, library, model_forms, open_runner  # noqa: E402
+from quantgate.stages.report.runtimes import left_in_float  # noqa: E402
 
 RUNTIMES = ("onnxruntime", "openvino", "paddle_inference")
 FP32_OF = {"onnxruntime": "ort_fp32", "openvino": "openvino_fp32", "paddle_inference": "paddle_fp32_onednn"}
@@ -329,14 +330,17 @@ def targets(result: dict) -> list[dict]:
     return checks
 
 
-def slower_than_own_fp32(rows: list[dict]) -> list[str]:
-    """A line for every quantgate INT8 form slower than its own runtime's FP32 at some batch size."""
+def slower_than_own_fp32(rows: list[dict], kernels: dict) -> list[str]:
+    """A line for every quantgate INT8 form slower than its own runtime's FP32 at some batch size, with what its
+    runtime left in float around the INT8 kernels where it says (Paddle Inference's passes do)."""
     median = {(r["batch"], r["variant"]): r["latency_ms_p50"] for r in rows}
     lines = []
     for r in rows:
         if r["variant"] in QUANTGATE and r["latency_ms_p50"] > median[(r["batch"], FP32_OF[r["runtime"]])]:
+            left = left_in_float(kernels.get(r["variant"]) or {})
             lines.append(f"- **{r['variant']} is slower than {FP32_OF[r['runtime']]} at batch {r['batch']}** "
-                         f"({r['latency_ms_p50']:.2f} vs {median[(r['batch'], FP32_OF[r['runtime']])]:.2f} ms)")
+                         f"({r['latency_ms_p50']:.2f} vs {median[(r['batch'], FP32_OF[r['runtime']])]:.2f} ms)"
+                         + (f": {'; '.join(left)} (benchmarks/paddle_int8_profile.py times each op)" if left else ""))
     return lines
 
 
@@ -355,7 +359,7 @@ def markdown(result: dict) -> str:
                   f"split them", f"- quantgate run: {wall}; gate {model['gate_status']}"
                   + (f" (failed: {', '.join(model['gate_failed'])})" if model["gate_failed"] else ""),
                   f"- stages: {stages}",
-                  f"- peers built in: " + ", ".join(f"{k} {v:.1f} s" for k, v in model["peer_build_seconds"].items()),
+                  "- peers built in: " + ", ".join(f"{k} {v:.1f} s" for k, v in model["peer_build_seconds"].items()),
                   *(f"- {note}" for note in model["notes"]), "",
                   "| batch | variant | runtime | median ms | p10-p90 ms | vs ort_fp32 | their/best quantgate (95% CI) "
                   "| accuracy % | CER % | agreement | MB |", "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -369,7 +373,8 @@ def markdown(result: dict) -> str:
                          f"{ratio} | {r['top1_pct']:.2f} | {cer} | {r['agreement_with_ort_fp32']:.4f} | "
                          f"{r['bytes'] / 1e6:.2f} |")
         lines += ["", *(f"- {k}: {v['int8']} of {v['total_conv_matmul']} convolutions/matmuls in INT8"
-                        for k, v in model["int8_kernels"].items()), *slower_than_own_fp32(model["rows"]), ""]
+                        for k, v in model["int8_kernels"].items()),
+                  *slower_than_own_fp32(model["rows"], model["int8_kernels"]), ""]
     lines += ["| target | measured | met |", "|---|---:|---|"]
     for t in result["targets"]:
         met = "n/a" if t["met"] is None else ("met" if t["met"] else "**missed**")

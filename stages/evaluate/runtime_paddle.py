@@ -5,7 +5,9 @@ int8 oneDNN kernels with PaddleSlim's scales.
 What runs in INT8 is read from the program after those passes: with enable_save_optim_model the predictor
 writes it (`_optimized.pdmodel`) to a scratch folder, and a convolution or matmul counts as INT8 when the
 passes gave it mkldnn_data_type "int8" and weight scales (cpu_quantize_pass sets both only on the ops it
-quantizes).
+quantizes). The same program says what the passes left around those kernels: the quantize/dequantize
+ops that convert between float and int8 at run time, and the ops that still compute in float between them
+(on PP-OCRv4's recognizer: its learnable affines and HardSwishes, which FP32 fuses into its convolutions).
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 
 CONV_MATMUL_OPS = ("conv2d", "fused_conv2d", "depthwise_conv2d", "conv2d_transpose", "fc", "mul", "matmul",
                    "matmul_v2", "fused_matmul")
+CONVERSION_OPS = ("quantize", "dequantize", "requantize")  # oneDNN's float <-> int8 conversions
+# Ops that move or describe data and compute nothing: never counted as float compute.
+DATA_OPS = ("feed", "fetch", "assign", "shape", "slice", "reshape2", "squeeze2", "unsqueeze2",
+            "flatten_contiguous_range", "transpose2", "fused_transpose", "concat", "split", "fill_constant")
 OPTIMIZED_PROGRAM = "_optimized.pdmodel"  # what enable_save_optim_model writes into the optim cache folder
 FAILED_OP = re.compile(r"\[operator < (\S+) > error\]")  # how Paddle names the op an error came from
 
@@ -80,13 +86,18 @@ class Runner:
             paddle_infer.create_predictor(config)  # runs the passes and writes the program they produced
             program = framework_pb2.ProgramDesc()
             program.ParseFromString((Path(scratch) / OPTIMIZED_PROGRAM).read_bytes())
-        kinds = Counter()
+        kinds, conversions, float_compute = Counter(), Counter(), Counter()
         for op in program.blocks[0].ops:
-            if op.type not in CONV_MATMUL_OPS:
-                continue
             attrs = {attr.name: attr for attr in op.attrs}
             data_type = attrs["mkldnn_data_type"].s if "mkldnn_data_type" in attrs else "float32"
-            quantized = data_type == "int8" and "Scale_weights" in attrs and len(attrs["Scale_weights"].floats) > 0
-            kinds[f"{op.type} {'int8' if quantized else data_type}"] += 1
+            if op.type in CONVERSION_OPS:
+                conversions[op.type] += 1
+            elif op.type in CONV_MATMUL_OPS:
+                quantized = data_type == "int8" and "Scale_weights" in attrs and len(attrs["Scale_weights"].floats) > 0
+                kinds[f"{op.type} {'int8' if quantized else data_type}"] += 1
+            elif op.type not in DATA_OPS and data_type != "int8":
+                float_compute[op.type] += 1
         int8 = sum(count for kind, count in kinds.items() if kind.endswith(" int8"))
-        return {"int8": int8, "total_conv_matmul": sum(kinds.values()), "ops": dict(sorted(kinds.items()))}
+        return {"int8": int8, "total_conv_matmul": sum(kinds.values()), "ops": dict(sorted(kinds.items())),
+                "conversions": dict(sorted(conversions.items())),
+                "float_compute": dict(sorted(float_compute.items(), key=lambda kv: (-kv[1], kv[0])))}

@@ -103,10 +103,25 @@ def slower_int8_lines(evaluation: dict, gate_record: dict) -> list[str]:
                 known.append("this CPU has no VNNI or AMX integer dot-product instructions")
             if isinstance(m.get(INT8_OPS), dict) and m[INT8_OPS].get("total_conv_matmul"):
                 known.append(f"{_ops(m[INT8_OPS])} convolutions/matmuls ran as INT8 kernels")
+                known += left_in_float(m[INT8_OPS])
             why = "; ".join(known) if known else "not established by this run"
             notes.append(f"- **{row['runtime']}: INT8 is slower than its FP32 at {where}** "
                          f"({_num(int8, '.3f')} vs {_num(fp32, '.3f')} ms p50). Known: {why}.")
     return ["INT8 slower than FP32:", "", *notes] if notes else []
+
+
+def left_in_float(counts: dict) -> list[str]:
+    """What the runtime left around its INT8 kernels, where it says (Paddle Inference's oneDNN passes do)."""
+    conversions, floats = counts.get("conversions") or {}, counts.get("float_compute") or {}
+    said = []
+    if sum(conversions.values()):
+        said.append(" and ".join(f"{count} {op}" for op, count in conversions.items())
+                    + " ops convert between float and int8 at run time")
+    if sum(floats.values()):
+        shown = ", ".join(f"{count} {op}" for op, count in list(floats.items())[:4])
+        more = ", ..." if len(floats) > 4 else ""
+        said.append(f"{sum(floats.values())} ops still compute in float between them ({shown}{more})")
+    return said
 
 
 def cpu_line(evaluation: dict) -> list[str]:

@@ -102,3 +102,20 @@ def test_a_runtime_whose_int8_is_slower_than_its_fp32_is_named_with_what_is_know
             "CPU has no VNNI or AMX integer dot-product instructions; 51 of 51 convolutions/matmuls ran as INT8 "
             "kernels.") in text
     assert "onnxruntime: INT8 is slower" not in text and "at batch 16" not in text  # faster there: nothing said
+
+
+def test_what_paddle_inference_left_in_float_is_said_where_its_int8_is_slower(tmp_path):
+    metrics, gate_record = three_runtimes()
+    metrics["runtimes"]["paddle_inference"].update(
+        latency_ms_p50_fp32_batch1=41.02, latency_ms_p50_int8_batch1=43.55,
+        int8_ops={"int8": 51, "total_conv_matmul": 51, "conversions": {"dequantize": 8, "quantize": 39},
+                  "float_compute": {"fused_elementwise_add": 56, "fused_elementwise_mul": 56, "hard_swish": 28,
+                                    "layer_norm": 5, "softmax": 3}})
+    metrics["cpu"] = {"flags": ["avx512_vnni", "amx_int8"], "model": "Intel Xeon", "amx": True}
+    out = tmp_path / "report"
+    out.mkdir()
+    result = report("m v2", metrics, gate_record, {}, steps_csv(tmp_path), {}, out, **folders(tmp_path))
+    text = (out / result.report_file).read_text()
+    assert ("Known: 51 of 51 convolutions/matmuls ran as INT8 kernels; 8 dequantize and 39 quantize ops convert "
+            "between float and int8 at run time; 148 ops still compute in float between them (56 "
+            "fused_elementwise_add, 56 fused_elementwise_mul, 28 hard_swish, 5 layer_norm, ...).") in text

@@ -82,6 +82,15 @@ def test_each_runtime_runs_every_convolution_and_matmul_of_the_int8_model_in_int
     assert ops["int8"] == ops["total_conv_matmul"] == 4  # the digits CNN: three convolutions and a linear layer
 
 
+def test_paddle_inference_records_what_its_int8_passes_left_around_the_int8_kernels(every_runtime):
+    ops = every_runtime[1]["runtimes"]["paddle_inference"]["int8_ops"]
+    # float images in, float logits out: oneDNN quantizes the first input and dequantizes before the output
+    assert ops["conversions"].get("quantize", 0) >= 1 and ops["conversions"].get("dequantize", 0) >= 1
+    # the digits CNN's three BatchNorms stay in float in oneDNN's INT8 program (measured with Paddle 3.3.1);
+    # nothing that is counted as a convolution/matmul is counted again
+    assert ops["float_compute"] == {"batch_norm": 3}
+
+
 def test_onnxruntime_records_the_int8_kernel_path_it_took_on_this_cpu(every_runtime):
     _, metrics = every_runtime
     entry = metrics["runtimes"]["onnxruntime"]
