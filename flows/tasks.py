@@ -20,7 +20,15 @@ from prefect.cache_policies import NO_CACHE
 
 from quantgate.artifacts import ArtifactStore, CheckpointRef, StageRef, VersionRef, open_store
 from quantgate.artifacts.reuse import reuse_note
-from quantgate.config import DataConfig, EvaluateConfig, GatePolicy, PipelineConfig, QuantizeConfig, TrainConfig
+from quantgate.config import (
+    ConvertConfig,
+    DataConfig,
+    EvaluateConfig,
+    GatePolicy,
+    PipelineConfig,
+    QuantizeConfig,
+    TrainConfig,
+)
 from quantgate.flows.code_version import code_digest
 from quantgate.flows.duel import DUEL, current_release, duel_settings, prediction_cache, release_model, run_duel, stored_duel
 from quantgate.flows.evidence import gate_evidence
@@ -266,10 +274,11 @@ def search_summary(store: ArtifactStore, quantized: StageRef | None) -> dict | N
 def quantize_task(
     store_root: str, version: VersionRef, config: QuantizeConfig, exported: StageRef, data: StageRef,
     reuse: bool = True, policy: GatePolicy | None = None, evaluate_config: EvaluateConfig | None = None,
-    num_workers: int = 0,
+    num_workers: int = 0, convert_config: ConvertConfig | None = None,
 ) -> StageRef:
     """PaddleSlim post-training INT8 quantization on the calibration split: one recipe ('single'), or
-    the accuracy-aware search judged by `policy` on the validation split ('search')."""
+    the accuracy-aware search judged by `policy` on the validation split ('search'), its trials lowered as
+    `convert_config` will lower the kept one."""
     if config.strategy == "single":
         return run_stage(
             store_root, version, "quantize", config.model_dump(mode="json"), {"export": exported, "data": data},
@@ -278,18 +287,21 @@ def quantize_task(
             reuse,
         )
     policy, evaluate_config = policy or GatePolicy(), evaluate_config or EvaluateConfig()
+    convert_config = convert_config or ConvertConfig()
     store = open_store(store_root)
     # The search's verdict depends on the policy it was judged by: it is part of the stage's config.
     weight_bits = this_cpus_weight_bits()  # the trials are lowered as the convert stage will lower them here
     stage_config = {**config.model_dump(mode="json"), "policy": policy.model_dump(mode="json"),
-                    "evaluate": evaluate_config.model_dump(mode="json"), "int8_weight_bits": weight_bits.bits}
+                    "evaluate": evaluate_config.model_dump(mode="json"), "int8_weight_bits": weight_bits.bits,
+                    "hardswish_grids": convert_config.hardswish_grids}
     # Keyed by the code version too (an edit to the search makes earlier entries unreachable); --no-reuse uses none.
     cache = store.cache("quantize-search", salt=code_digest("quantize")) if reuse else None
     ref = run_stage(
         store_root, version, "quantize", stage_config, {"export": exported, "data": data},
         lambda dirs, out: search_quantization(config, policy, evaluate_config, dirs["export"],
                                               dirs["data"], out, cache=cache, num_workers=num_workers,
-                                              weight_bits=weight_bits.bits),
+                                              weight_bits=weight_bits.bits,
+                                              hardswish_grids=convert_config.hardswish_grids),
         reuse,
     )
     search = search_summary(store, ref)
@@ -303,16 +315,19 @@ def quantize_task(
 
 @task(name="convert", **STAGE_TASK)
 def convert_task(store_root: str, version: VersionRef, exported: StageRef, quantized: StageRef,
-                 reuse: bool = True) -> StageRef:
+                 reuse: bool = True, config: ConvertConfig | None = None) -> StageRef:
     """paddle2onnx for both models, then INT8 lowered to onnxruntime's integer kernels (7-bit weights on a CPU
-    whose INT8 kernels saturate with 8: `weight_range`)."""
+    whose INT8 kernels saturate with 8: `weight_range`; `config.hardswish_grids`: `affine_absorption`)."""
+    config = config or ConvertConfig()
     weight_bits = this_cpus_weight_bits()
     if weight_bits.bits != 8:
         get_run_logger().info("convert: INT8 weights in %d bits: %s", weight_bits.bits, weight_bits.why)
     return run_stage(
-        store_root, version, "convert", {"opset": OPSET, "int8_weight_bits": weight_bits.bits},
+        store_root, version, "convert",
+        {"opset": OPSET, "int8_weight_bits": weight_bits.bits, "hardswish_grids": config.hardswish_grids},
         {"export": exported, "quantize": quantized},
-        lambda dirs, out: convert(dirs["export"], dirs["quantize"], MODEL_FILE, PARAMS_FILE, out, weight_bits), reuse,
+        lambda dirs, out: convert(dirs["export"], dirs["quantize"], MODEL_FILE, PARAMS_FILE, out, weight_bits,
+                                  config.hardswish_grids), reuse,
     )
 
 

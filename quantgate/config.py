@@ -238,6 +238,15 @@ class QuantizeConfig(Section):
         return self.model_copy(update=update)
 
 
+class ConvertConfig(Section):
+    hardswish_grids: bool = Field(
+        False, description="Give the output of an affine after a HardSwish (PP-LCNetV3's blocks) an INT8 grid of its "
+        "own with an exact zero point, so more of the backbone runs on integer kernels in onnxruntime (PP-OCRv4 rec: "
+        "1.2x at batch 1, 1.3-1.4x at batch 16; line accuracy unchanged beyond chance on 1,000 lines); the search's "
+        "trials are lowered the same way.",
+    )
+
+
 class EvaluateConfig(Section):
     runtimes: tuple[str, ...] = Field(
         ("onnxruntime",), min_length=1,
@@ -310,6 +319,7 @@ class PipelineConfig(Section):
     data: DataConfig = Field(default_factory=DataConfig, description="Dataset and split.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Training and AMP.")
     quantize: QuantizeConfig = Field(default_factory=QuantizeConfig, description="PaddleSlim post-training quantization.")
+    convert: ConvertConfig = Field(default_factory=ConvertConfig, description="paddle2onnx and the INT8 lowering for onnxruntime.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="FP32 vs INT8 evaluation in the listed runtimes.")
     gate: GatePolicy = Field(default_factory=GatePolicy, description="Release gate policy.")
 

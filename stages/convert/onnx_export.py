@@ -50,10 +50,12 @@ def to_onnx(model_file: Path, params_file: Path, onnx_file: Path) -> dict:
 
 
 def convert(fp32_dir: Path, int8_dir: Path, model_file: str, params_file: str, out_dir: Path,
-            weight_bits: WeightBits = WeightBits(8, "as PaddleSlim quantized them")) -> ConvertResult:
+            weight_bits: WeightBits = WeightBits(8, "as PaddleSlim quantized them"),
+            hardswish_grids: bool = False) -> ConvertResult:
     """Convert the exported FP32 model and the PaddleSlim INT8 model to ONNX (opset 13), then lower
     the INT8 one to integer kernels with PaddleSlim's scales, its weights in `weight_bits` bits
-    (`weight_range.onnxruntime_weight_bits` says how many for the CPU the model is judged on).
+    (`weight_range.onnxruntime_weight_bits` says how many for the CPU the model is judged on), with
+    `hardswish_grids` (convert.hardswish_grids: `affine_absorption`).
 
     Raises:
         ConversionError: a conversion or the lowering failed, or a model fails onnx.checker.
@@ -63,8 +65,9 @@ def convert(fp32_dir: Path, int8_dir: Path, model_file: str, params_file: str, o
     raw = to_onnx(Path(int8_dir) / model_file, Path(int8_dir) / params_file, out_dir / PADDLE2ONNX_INT8_FILE)
     lowered = lower_int8(out_dir / PADDLE2ONNX_INT8_FILE, out_dir / INT8_FILE,
                          paddle_model_prefix=Path(int8_dir) / Path(model_file).stem,
-                         weight_bits=weight_bits.bits).metrics
+                         weight_bits=weight_bits.bits, hardswish_grids=hardswish_grids).metrics
     lowered.update(weight_bits.record())
+    lowered["hardswish_grids"] = hardswish_grids
     runtime = {name: runtime_op_counts(out_dir / file)
                for name, file in (("fp32", FP32_FILE), ("int8_paddle2onnx", PADDLE2ONNX_INT8_FILE), ("int8", INT8_FILE))}
     metrics = {

@@ -138,7 +138,7 @@ class TrialRunner:
 
     def __init__(self, config: QuantizeConfig, policy: GatePolicy, evaluate_config: EvaluateConfig,
                  model_dir: Path, data_dir: Path, scratch: Path, cache: Cache | None, num_workers: int = 0,
-                 weight_bits: int = 8):
+                 weight_bits: int = 8, hardswish_grids: bool = False):
         # `config`: the settings the stage writes with (`full_config`); trials use `self.config`, on fewer rows.
         self.full_config, self.policy, self.budget = config, policy, config.search
         self.model_dir, self.scratch, self.cache = Path(model_dir), scratch, cache
@@ -154,7 +154,7 @@ class TrialRunner:
         self.check = ValidationCheck(self.fp32_onnx, self.data, evaluate_config.threads, evaluate_config.batch_size,
                                      num_workers)
         self.latency_batch = self.data.array("validation", limit=evaluate_config.batch_size)[0]
-        self.threads, self.weight_bits = evaluate_config.threads, weight_bits
+        self.threads, self.weight_bits, self.hardswish_grids = evaluate_config.threads, weight_bits, hardswish_grids
         # The splits' digests stand for their pixels: rows, file hashes and transforms decide them.
         self.inputs_digest = content_digest(
             _files_digest(self.model_dir / MODEL_FILE, self.model_dir / PARAMS_FILE),
@@ -264,7 +264,7 @@ class TrialRunner:
         calibrated = json.loads((calibration / CALIBRATION_METRICS).read_text())
         folder = self.scratch / f"trial-{index:03d}"
         folder.mkdir()
-        raw = lowered_model(calibration, folder / "int8.onnx", self.weight_bits)
+        raw = lowered_model(calibration, folder / "int8.onnx", self.weight_bits, self.hardswish_grids)
         validation = self.check.score(folder / "int8.onnx")
         latency = measure({"fp32": self.fp32_onnx, "int8": folder / "int8.onnx"}, self.latency_batch, self.threads,
                           self.budget.latency_repeats)

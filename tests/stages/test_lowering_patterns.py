@@ -4,6 +4,7 @@ The lowered model must compute what the un-lowered one does, within quantization
 must run the integer kernels the lowering was written for.
 """
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -17,7 +18,9 @@ from support.pattern_nets import pattern_model  # noqa: E402
 
 from quantgate.stages.convert.affine_absorption import absorb_scalar_affines  # noqa: E402
 from quantgate.stages.convert.lower_int8 import lower_int8  # noqa: E402
+from quantgate.stages.convert.onnx_export import convert  # noqa: E402
 from quantgate.stages.convert.onnx_ops import runtime_op_counts  # noqa: E402
+from quantgate.stages.quantize.layer_sensitivity import lowered_model  # noqa: E402
 
 
 def run(onnx_file: Path, inputs: np.ndarray) -> np.ndarray:
@@ -149,3 +152,27 @@ def test_an_affine_with_a_negative_scale_is_kept_and_named(models, tmp_path):
     result = absorb_scalar_affines(quantized)
     assert result.into_convolution == result.after_dequantize == result.before_quantize == 0
     assert len(result.kept) == 4 and all("not positive" in reason for reason in result.kept)
+
+
+def test_convert_hardswish_grids_reaches_the_convert_stage_and_the_search_trials(models, tmp_path):
+    # convert.hardswish_grids: the convert stage and the lowering the search's trials judge both regrid
+    model = models("lab_padded")
+    int8_dir = model.paddle_prefix.parent
+    fp32_dir = tmp_path / "fp32"
+    fp32_dir.mkdir()
+    for suffix in (".pdmodel", ".pdiparams"):  # export's file names are the quantize stage's
+        shutil.copy(int8_dir.parent / "fp32" / f"inference{suffix}", fp32_dir / f"model{suffix}")
+    converted = {}
+    for grids in (False, True):
+        (tmp_path / f"convert{grids}").mkdir()
+        converted[grids] = convert(fp32_dir, int8_dir, "model.pdmodel", "model.pdiparams", tmp_path / f"convert{grids}",
+                                   hardswish_grids=grids).metrics["int8"]
+    assert converted[False]["absorbed_affines"]["regridded"] == 0 and converted[False]["hardswish_grids"] is False
+    assert converted[True]["absorbed_affines"]["regridded"] == 1 and converted[True]["hardswish_grids"] is True
+    trial = {}
+    for grids in (False, True):
+        lowered_model(int8_dir, tmp_path / f"trial{grids}.onnx", hardswish_grids=grids)
+        trial[grids] = onnx.load(str(tmp_path / f"trial{grids}.onnx"))
+    convert_graph = onnx.load(str(tmp_path / "convertTrue" / "int8.onnx")).graph
+    assert trial[True].graph == convert_graph  # the trial judges the very graph the convert stage writes
+    assert trial[False].graph != trial[True].graph
