@@ -50,6 +50,20 @@ def test_the_estimate_of_a_fall_back_predicts_what_the_real_paddleslim_skip_does
     assert check.score(estimate) == check.score(root / "real.onnx")
 
 
+def test_the_estimate_is_lowered_with_the_weight_bits_the_trials_use(calibrations, stage_dirs):
+    # on a CPU without VNNI/AMX the trials, and so the estimates they are compared with, keep 7-bit weights
+    root, base, raw, layers, all_float, logits_float = calibrations
+    data = open_data(stage_dirs.data)
+    estimator = FallbackEstimator(raw, base, float_weights(all_float), None, layers, weight_bits=7)
+    estimate = estimator.model([layers[-1]], root / "estimate7.onnx")
+    lowered_model(logits_float, root / "real7.onnx", weight_bits=7)
+    lowered_model(logits_float, root / "real8.onnx")
+    images = data.array("test")[0]
+    estimated, real7, real8 = (logits(path, images) for path in (estimate, root / "real7.onnx", root / "real8.onnx"))
+    assert np.abs(estimated - real7).max() <= 1e-4 * np.abs(real7).max()
+    assert np.abs(estimated - real8).max() > 1e-3 * np.abs(real8).max()
+
+
 def test_a_weight_that_is_not_a_rounding_of_the_float_one_is_not_estimated(calibrations, stage_dirs):
     """A float weight only qualifies if the INT8 weight is its rounding; here every candidate is swapped
     for another layer's, so none qualifies and the search measures such layers with real PaddleSlim runs."""
