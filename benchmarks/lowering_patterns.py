@@ -9,17 +9,19 @@ convert stage's lowering is run again with its backbone rewrites switched on one
   paddle2onnx_int8     paddle2onnx's QDQ model of the PaddleSlim program, as onnxruntime gets it
   lowered_plain        the lowering without the backbone rewrites (the lowering before issue 26)
   + affines            scalar affines (PP-LCNetV3's learnable affine blocks) folded into the grids beside them
-  + integer_hardswish  HardSwish as QLinearAdd + QLinearMul (the convert stage's default on VNNI/AMX CPUs)
-  + 7-bit weights      conv/matmul weights in [-64, 63] (the default on x86 CPUs without VNNI/AMX, whose
-                       u8 x s8 kernels saturate with 8-bit weights: convert/weight_range.py)
+  + integer_hardswish  HardSwish as QLinearAdd + QLinearMul
+  + 7-bit weights      conv/matmul weights in [-64, 63] (the convert stage's choice on x86 CPUs without
+                       VNNI/AMX, whose u8 x s8 kernels saturate with 8-bit weights: convert/weight_range.py)
   + hardswish grids    8-bit weights; an affine after HardSwish that no other absorption takes gets a grid of
-                       its own with an exact zero point (off by default: convert/affine_absorption.py),
-                       timed against + integer_hardswish
+                       its own with an exact zero point (convert/affine_absorption.py), timed against
+                       + integer_hardswish: the convert stage's default on VNNI/AMX CPUs
   ort_quantize_static  peer: onnxruntime's own quantize_static (QDQ, per channel, u8/s8, MinMax), same lines
 
 Each runs in onnxruntime (2 threads) at batch 1 and 16, timed round by round against the step before it
 (`gain_paired`: the previous step's time over this one's, bootstrap 95% CI), and is scored on the version's
-test lines (line accuracy, agreement with FP32). The ops onnxruntime runs after its own optimizer are counted.
+test lines (line accuracy, agreement with FP32), and line by line against the step before it (the lines only one
+of the two reads right, and McNemar's exact p: whether the accuracy difference is more than chance). The ops
+onnxruntime runs after its own optimizer are counted.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import binomtest
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "benchmarks"), str(REPO / "tests")]
@@ -47,9 +50,10 @@ from quantgate.stages.evaluate.cpu import cpu_record  # noqa: E402
 from quantgate.stages.evaluate.forms import ModelForm, open_runner  # noqa: E402
 
 STEPS = (("lowered_plain", {"absorb_affines": False, "hardswish_in_integers": False}),
-         ("+ affines", {"absorb_affines": True, "hardswish_in_integers": False}),
-         ("+ integer_hardswish", {"absorb_affines": True, "hardswish_in_integers": True}),
-         ("+ 7-bit weights", {"absorb_affines": True, "hardswish_in_integers": True, "weight_bits": 7}),
+         ("+ affines", {"absorb_affines": True, "hardswish_in_integers": False, "hardswish_grids": False}),
+         ("+ integer_hardswish", {"absorb_affines": True, "hardswish_in_integers": True, "hardswish_grids": False}),
+         ("+ 7-bit weights", {"absorb_affines": True, "hardswish_in_integers": True, "hardswish_grids": False,
+                              "weight_bits": 7}),
          ("+ hardswish grids", {"absorb_affines": True, "hardswish_in_integers": True, "hardswish_grids": True}))
 # Each step's gain is over the step before it, but the last (8-bit weights, like + integer_hardswish) is over that one.
 GAIN_OVER = {"+ hardswish grids": "+ integer_hardswish"}
@@ -80,8 +84,22 @@ def scores(files: dict[str, Path], data, threads: int) -> dict[str, dict]:
         run = open_runner("onnxruntime", ModelForm(path, True, "", ""), threads, (16, *images.shape[1:]))
         predicted[name] = task.predict(np.concatenate([run(images[i:i + 16]) for i in range(0, len(images), 16)]))
         del run
-    return {name: {**task.scores(references, lines), "agreement": float(np.mean(lines == predicted["ort_fp32"]))}
-            for name, lines in predicted.items()}
+    result = {name: {**task.scores(references, lines), "agreement": float(np.mean(lines == predicted["ort_fp32"]))}
+              for name, lines in predicted.items()}
+    order = list(files)
+    for index, name in enumerate(order):
+        if name in dict(STEPS):
+            result[name]["paired"] = paired_lines(predicted[name], predicted[GAIN_OVER.get(name, order[index - 1])],
+                                                  references)
+    return result
+
+
+def paired_lines(these: np.ndarray, those: np.ndarray, references: np.ndarray) -> dict:
+    """Lines read right by one variant and not the other, and McNemar's exact p: is the difference chance?"""
+    only_these = int(np.sum((these == references) & (those != references)))
+    only_those = int(np.sum((these != references) & (those == references)))
+    p = binomtest(only_these, only_these + only_those).pvalue if only_these + only_those else 1.0
+    return {"only_this_step": only_these, "only_the_step_before": only_those, "mcnemar_p": float(p)}
 
 
 def latencies(files: dict[str, Path], data, batches: list[int], repeats: int, rounds: int, threads: int) -> list[dict]:
@@ -104,6 +122,12 @@ def latencies(files: dict[str, Path], data, batches: list[int], repeats: int, ro
     return rows
 
 
+def _paired(paired: dict | None) -> str:
+    if not paired:
+        return ""
+    return f"{paired['only_this_step']} / {paired['only_the_step_before']} ({paired['mcnemar_p']:.2f})"
+
+
 def markdown(result: dict) -> str:
     lines = [f"# INT8 lowering, pattern by pattern: {result['command']}", "",
              f"{result['cpu']['model']} (flags: {', '.join(result['cpu']['flags'])}; /proc/cpuinfo INT8 flags: "
@@ -111,13 +135,14 @@ def markdown(result: dict) -> str:
              f"{result['threads']} threads; {result['repeats']} timed runs per cell in {result['rounds']} rounds; "
              f"model {result['model']}/{result['version']}", "",
              "| batch | variant | median ms | vs ort_fp32 | gain of this step (paired, 95% CI) | line accuracy % | "
-             "CER % | agreement |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "CER % | agreement | lines right only here / only before (McNemar p) |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for row in result["latency"]:
         score, gain = result["scores"][row["variant"]], row["gain_paired"]
         gain_text = f"{gain['median']:.2f}x ({gain['ci95'][0]:.2f}-{gain['ci95'][1]:.2f})" if gain else ""
         lines.append(f"| {row['batch']} | {row['variant']} | {row['latency_ms_p50']:.2f} | "
                      f"{row['speedup_vs_ort_fp32']:.2f}x | {gain_text} | {score['top1_pct']:.2f} | "
-                     f"{score['cer_pct']:.2f} | {score['agreement']:.4f} |")
+                     f"{score['cer_pct']:.2f} | {score['agreement']:.4f} | {_paired(score.get('paired'))} |")
     lines += ["", "Ops onnxruntime runs (after its optimizer):", "",
               "| variant | " + " | ".join(SHOWN_OPS) + " |", "|---|" + "---:|" * len(SHOWN_OPS)]
     for name, ops in result["runtime_ops"].items():

