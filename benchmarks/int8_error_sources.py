@@ -25,7 +25,6 @@ over characters (continuous, where a line is all or nothing).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -38,6 +37,7 @@ import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle lo
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
+from outputs import write_results  # noqa: E402
 from trained_models import stored_run  # noqa: E402
 
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, PADDLE2ONNX_INT8_FILE  # noqa: E402
@@ -184,12 +184,7 @@ def main(argv: list[str] | None = None) -> int:
               "splits": scorer.splits, "lines": len(scorer.images), "activation_pairs": len(activation_pairs),
               "weight_pairs": len(weight_pairs), "weights_not_fp32": not_fp32, "variants": variants,
               "per_tensor": per_tensor, "per_weight": per_weight}
-    text = markdown(result, args.top)
-    print(text)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "int8_error_sources.json").write_text(json.dumps(result, indent=2))
-        (args.out / "int8_error_sources.md").write_text(text)
+    write_results(args.out, "int8_error_sources", result, markdown(result, args.top))
     return 0
 
 

@@ -27,7 +27,6 @@ onnxruntime runs after its own optimizer are counted.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -40,6 +39,7 @@ sys.path[:0] = [str(REPO / "benchmarks"), str(REPO / "tests")]
 
 import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle loads)
 from int8_onnx import paired_ratio, time_variants  # noqa: E402
+from outputs import write_results  # noqa: E402
 from trained_models import build_peers, cpuinfo_int8_flags, stored_run  # noqa: E402
 
 from quantgate.stages.convert.lower_int8 import lower_int8  # noqa: E402
@@ -177,12 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             "scores": scores(files, data, args.threads),
             "latency": latencies(files, data, args.batches, args.repeats, args.rounds, args.threads),
         }
-    text = markdown(result)
-    print(text)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "lowering_patterns.json").write_text(json.dumps(result, indent=2, default=str))
-        (args.out / "lowering_patterns.md").write_text(text)
+    write_results(args.out, "lowering_patterns", result, markdown(result))
     return 0
 
 

@@ -15,7 +15,6 @@ and float compute; the counts come from the program the passes produced (the eva
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import subprocess
 import sys
@@ -28,6 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "benchmarks"), str(REPO / "tests")]
 
 import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle loads)
+from outputs import write_results  # noqa: E402
 
 EVENT = re.compile(r"^thread\d+::(\S+)\s+(\d+)\s+([\d.]+)\s")  # Paddle's "Event Summary" rows: op, calls, total ms
 FRAMEWORK = ("Executor::Run", "RunPartialPreparedContext", "load_combine")
@@ -145,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=50, help="profiled runs per form and batch size")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
+    if args.runs < 10:  # the warm-up profile comes from another process: its cold costs differ a little
+        parser.error("--runs must be at least 10 (the warm-up subtraction needs the warm runs to dominate)")
     import tempfile
 
     from trained_models import stored_run
@@ -171,12 +173,7 @@ def main(argv: list[str] | None = None) -> int:
               "version": run["version"], "rows": rows,
               "int8_program": Runner(ModelForm(folders["quantize"], True, "", ""), 1).int8_ops(),
               "fp32_program": program_ops(folders["export"])}
-    text = markdown(result)
-    print(text)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "paddle_int8_profile.json").write_text(json.dumps(result, indent=2))
-        (args.out / "paddle_int8_profile.md").write_text(text)
+    write_results(args.out, "paddle_int8_profile", result, markdown(result))
     return 0
 
 
