@@ -35,6 +35,7 @@ from quantgate.flows.evidence import gate_evidence
 from quantgate.flows.stage_logs import library_output, stage_lines, stage_logs_to_prefect
 from quantgate.flows.warm_start import INIT_DIGEST, WarmStart, read_init_weights
 from quantgate.stages.convert import convert
+from quantgate.stages.convert.lower_int8 import Lowering
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, OPSET, PADDLE2ONNX_INT8_FILE
 from quantgate.stages.convert.weight_range import WeightBits, onnxruntime_weight_bits
 from quantgate.stages.data import (
@@ -289,19 +290,19 @@ def quantize_task(
     policy, evaluate_config = policy or GatePolicy(), evaluate_config or EvaluateConfig()
     convert_config = convert_config or ConvertConfig()
     store = open_store(store_root)
-    # The search's verdict depends on the policy it was judged by: it is part of the stage's config.
-    weight_bits = this_cpus_weight_bits()  # the trials are lowered as the convert stage will lower them here
+    # The search's verdict depends on the policy it was judged by, and on the lowering its trials were judged in
+    # (the convert stage's, on this machine): both are part of the stage's config.
+    lowering = Lowering(this_cpus_weight_bits().bits, convert_config.hardswish_grids)
     stage_config = {**config.model_dump(mode="json"), "policy": policy.model_dump(mode="json"),
-                    "evaluate": evaluate_config.model_dump(mode="json"), "int8_weight_bits": weight_bits.bits,
-                    "hardswish_grids": convert_config.hardswish_grids}
+                    "evaluate": evaluate_config.model_dump(mode="json"), "int8_weight_bits": lowering.weight_bits,
+                    "hardswish_grids": lowering.hardswish_grids}
     # Keyed by the code version too (an edit to the search makes earlier entries unreachable); --no-reuse uses none.
     cache = store.cache("quantize-search", salt=code_digest("quantize")) if reuse else None
     ref = run_stage(
         store_root, version, "quantize", stage_config, {"export": exported, "data": data},
         lambda dirs, out: search_quantization(config, policy, evaluate_config, dirs["export"],
                                               dirs["data"], out, cache=cache, num_workers=num_workers,
-                                              weight_bits=weight_bits.bits,
-                                              hardswish_grids=convert_config.hardswish_grids),
+                                              lowering=lowering),
         reuse,
     )
     search = search_summary(store, ref)

@@ -173,6 +173,19 @@ class LoweringResult:
     metrics: dict
 
 
+@dataclass(frozen=True)
+class Lowering:
+    """The lowering choices the convert stage makes for a machine and a config (`weight_bits`: its CPU,
+    `convert.hardswish_grids`), which the search's trials and fall-back estimates must make the same way:
+    `lower_int8(..., **lowering.options())`."""
+
+    weight_bits: int = 8
+    hardswish_grids: bool = False
+
+    def options(self) -> dict:
+        return dataclasses.asdict(self)
+
+
 def lower_int8(
     raw_int8_onnx: Path, out_onnx: Path, fold_activations: bool = True, paddle_model_prefix: Path | None = None,
     absorb_affines: bool = True, hardswish_in_integers: bool = True, weight_bits: int = 8,

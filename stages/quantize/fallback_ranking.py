@@ -71,8 +71,7 @@ class FallbackRanking:
                 raw = self.runner.scratch / f"estimate-base-{len(self._estimators)}.onnx"
                 to_onnx(calibration / MODEL_FILE, calibration / PARAMS_FILE, raw)
             estimator = FallbackEstimator(raw, calibration, self._float_weights, self.runner.check,
-                                          [layer for layer in layers if layer not in skipped],
-                                          self.runner.weight_bits, self.runner.hardswish_grids)
+                                          [layer for layer in layers if layer not in skipped], self.runner.lowering)
             if not skipped:
                 log.info("search: FP32 fall-backs can be estimated for %d of %d layers; not for %s",
                          len(estimator.float_weights), len(layers),
@@ -87,7 +86,7 @@ class FallbackRanking:
         """The base trial's layers, most sensitive first; cached by calibration inputs and validation data."""
         runner = self.runner
         digest = content_digest(self.base.calibration_digest, runner.validation_digest, "fp32-fall-back ranking",
-                                {"weight_bits": runner.weight_bits, "hardswish_grids": runner.hardswish_grids})
+                                runner.lowering.options())
         if runner.cache is not None and (entry := runner.cache.get(digest)) is not None:
             return json.loads((entry / "ranking.json").read_text()), True
         scratch = runner.scratch / f"ranking-{digest[:12]}"
@@ -99,7 +98,7 @@ class FallbackRanking:
             if layer in estimable:
                 return estimator.score((layer,))
             lowered = scratch / f"without-{layers.index(layer)}.onnx"  # a real PaddleSlim run
-            lowered_model(self._calibration_skipping((layer,)), lowered, runner.weight_bits, runner.hardswish_grids)
+            lowered_model(self._calibration_skipping((layer,)), lowered, runner.lowering)
             return {**runner.check.score(lowered), "measured_by": "paddleslim"}
 
         # The ranking may use half of the time left; the fall-back trials need the rest.

@@ -25,7 +25,7 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
-from quantgate.stages.convert.lower_int8 import lower_int8, lower_int8_model
+from quantgate.stages.convert.lower_int8 import Lowering, lower_int8, lower_int8_model
 from quantgate.stages.convert.onnx_export import to_onnx
 from quantgate.stages.convert.paddle_quantization import LAYER_OPS, paddle_program_scales
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
@@ -37,14 +37,13 @@ log = logging.getLogger(__name__)
 BN_FUSED_PREFIX = "ConvBnFusion_W_"  # how onnxruntime names a weight its Conv+BatchNormalization fusion made
 
 
-def lowered_model(calibration_dir: Path, out_onnx: Path, weight_bits: int = 8, hardswish_grids: bool = False) -> Path:
+def lowered_model(calibration_dir: Path, out_onnx: Path, lowering: Lowering = Lowering()) -> Path:
     """PaddleSlim's model in `calibration_dir`, converted and lowered into `out_onnx` as the convert
-    stage does it (weights in `weight_bits` bits, `hardswish_grids` as convert's setting); returns paddle2onnx's
-    model, written beside it, that was lowered."""
+    stage does it (`lowering`); returns paddle2onnx's model, written beside it, that was lowered."""
     raw = out_onnx.with_name(out_onnx.stem + ".paddle2onnx.onnx")
     to_onnx(Path(calibration_dir) / MODEL_FILE, Path(calibration_dir) / PARAMS_FILE, raw)
     lower_int8(raw, out_onnx, paddle_model_prefix=Path(calibration_dir) / Path(MODEL_FILE).stem,
-               weight_bits=weight_bits, hardswish_grids=hardswish_grids)
+               **lowering.options())
     return raw
 
 
@@ -120,12 +119,12 @@ class FallbackEstimator:
     """Validation scores of a base calibration with chosen layers in FP32, without PaddleSlim runs."""
 
     def __init__(self, base_paddle2onnx: Path, base_calibration: Path, floats: dict[str, list[tuple]],
-                 check: ValidationCheck, layers: Iterable[str], weight_bits: int = 8, hardswish_grids: bool = False):
-        """`floats`: `float_weights` of PaddleSlim's model with every one of `layers` skipped; `weight_bits` and
-        `hardswish_grids`: lowered as the trials are."""
+                 check: ValidationCheck, layers: Iterable[str], lowering: Lowering = Lowering()):
+        """`floats`: `float_weights` of PaddleSlim's model with every one of `layers` skipped; `lowering`: as the
+        trials are lowered."""
         self.base = onnx.load(str(base_paddle2onnx))
         self.scales = paddle_program_scales(Path(base_calibration) / Path(MODEL_FILE).stem)
-        self.check, self.weight_bits, self.hardswish_grids = check, weight_bits, hardswish_grids
+        self.check, self.lowering = check, lowering
         base = _weight_tensors(self.base)
         grid = _weight_grids(self.base)
         self.float_weights, self.float_biases = {}, {}
@@ -174,8 +173,7 @@ class FallbackEstimator:
             else:
                 node.input.append(self.float_biases[layer].name)
         scales = {name: value for name, value in self.scales.items() if name not in float_layers}
-        lower_int8_model(raw, out_onnx, scales, name="the fall-back estimate", weight_bits=self.weight_bits,
-                         hardswish_grids=self.hardswish_grids)
+        lower_int8_model(raw, out_onnx, scales, name="the fall-back estimate", **self.lowering.options())
         return out_onnx
 
     def score(self, float_layers: Iterable[str]) -> dict:

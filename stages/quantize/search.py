@@ -44,6 +44,7 @@ import tempfile
 from pathlib import Path
 
 from quantgate.config import EvaluateConfig, GatePolicy, QuantizeConfig, QuantizeRecipe
+from quantgate.stages.convert.lower_int8 import Lowering
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.quantize.fallback_ranking import FallbackRanking
 from quantgate.stages.quantize.outputs import SEARCH
@@ -69,8 +70,7 @@ log = logging.getLogger(__name__)
 
 def search_quantization(
     config: QuantizeConfig, policy: GatePolicy, evaluate_config: EvaluateConfig, model_dir: Path, data_dir: Path,
-    out_dir: Path, cache: Cache | None = None, num_workers: int = 0, weight_bits: int = 8,
-    hardswish_grids: bool = False,
+    out_dir: Path, cache: Cache | None = None, num_workers: int = 0, lowering: Lowering = Lowering(),
 ) -> QuantizeResult:
     """Run the search and write the kept PaddleSlim model and `search.json` to `out_dir`.
 
@@ -78,9 +78,9 @@ def search_quantization(
     the manifest's calibration metrics are that model's.
 
     `data_dir`: the data stage's folder; its calibration and validation splits are streamed, decoded by
-    `num_workers` processes for image folders (0: in this process). `weight_bits`, `hardswish_grids`: how the
-    convert stage will lower the model (`convert.weight_range` for this CPU, `convert.hardswish_grids`); every
-    trial is lowered and judged so.
+    `num_workers` processes for image folders (0: in this process). `lowering`: how the convert stage will
+    lower the model (`convert.weight_range` for this CPU, `convert.hardswish_grids`); every trial is lowered
+    and judged so.
 
     Raises:
         QuantizationError / ConversionError: a calibration or conversion failed outright.
@@ -89,7 +89,7 @@ def search_quantization(
     """
     with tempfile.TemporaryDirectory(prefix="quantgate-search-") as scratch:
         runner = TrialRunner(config, policy, evaluate_config, model_dir, data_dir, Path(scratch), cache, num_workers,
-                             weight_bits, hardswish_grids)
+                             lowering)
         outcome = _run(runner)
         kept = kept_trial(runner.trials)
         final = None if (trial := runner.final_trial(kept)) is None else written_model(kept, trial)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Protocol
 
 from quantgate.config import EvaluateConfig, GatePolicy, QuantizeConfig, QuantizeRecipe
+from quantgate.stages.convert.lower_int8 import Lowering
 from quantgate.stages.convert.onnx_export import to_onnx
 from quantgate.stages.data.reading import open_data
 from quantgate.stages.evaluate.latency import measure
@@ -138,7 +139,7 @@ class TrialRunner:
 
     def __init__(self, config: QuantizeConfig, policy: GatePolicy, evaluate_config: EvaluateConfig,
                  model_dir: Path, data_dir: Path, scratch: Path, cache: Cache | None, num_workers: int = 0,
-                 weight_bits: int = 8, hardswish_grids: bool = False):
+                 lowering: Lowering = Lowering()):
         # `config`: the settings the stage writes with (`full_config`); trials use `self.config`, on fewer rows.
         self.full_config, self.policy, self.budget = config, policy, config.search
         self.model_dir, self.scratch, self.cache = Path(model_dir), scratch, cache
@@ -154,7 +155,7 @@ class TrialRunner:
         self.check = ValidationCheck(self.fp32_onnx, self.data, evaluate_config.threads, evaluate_config.batch_size,
                                      num_workers)
         self.latency_batch = self.data.array("validation", limit=evaluate_config.batch_size)[0]
-        self.threads, self.weight_bits, self.hardswish_grids = evaluate_config.threads, weight_bits, hardswish_grids
+        self.threads, self.lowering = evaluate_config.threads, lowering
         # The splits' digests stand for their pixels: rows, file hashes and transforms decide them.
         self.inputs_digest = content_digest(
             _files_digest(self.model_dir / MODEL_FILE, self.model_dir / PARAMS_FILE),
@@ -264,7 +265,7 @@ class TrialRunner:
         calibrated = json.loads((calibration / CALIBRATION_METRICS).read_text())
         folder = self.scratch / f"trial-{index:03d}"
         folder.mkdir()
-        raw = lowered_model(calibration, folder / "int8.onnx", self.weight_bits, self.hardswish_grids)
+        raw = lowered_model(calibration, folder / "int8.onnx", self.lowering)
         validation = self.check.score(folder / "int8.onnx")
         latency = measure({"fp32": self.fp32_onnx, "int8": folder / "int8.onnx"}, self.latency_batch, self.threads,
                           self.budget.latency_repeats)

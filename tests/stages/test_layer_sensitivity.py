@@ -6,6 +6,7 @@ import pytest
 
 from quantgate.config import QuantizeConfig
 from quantgate.stages.convert.paddle_quantization import quantized_layers
+from quantgate.stages.convert.lower_int8 import Lowering
 from quantgate.stages.data import open_data
 from quantgate.stages.quantize.layer_sensitivity import FallbackEstimator, float_weights, lowered_model
 from quantgate.stages.quantize.ptq import quantize_with_data
@@ -54,9 +55,9 @@ def test_the_estimate_is_lowered_with_the_weight_bits_the_trials_use(calibration
     # on a CPU without VNNI/AMX the trials, and so the estimates they are compared with, keep 7-bit weights
     root, base, raw, layers, all_float, logits_float = calibrations
     data = open_data(stage_dirs.data)
-    estimator = FallbackEstimator(raw, base, float_weights(all_float), None, layers, weight_bits=7)
+    estimator = FallbackEstimator(raw, base, float_weights(all_float), None, layers, Lowering(weight_bits=7))
     estimate = estimator.model([layers[-1]], root / "estimate7.onnx")
-    lowered_model(logits_float, root / "real7.onnx", weight_bits=7)
+    lowered_model(logits_float, root / "real7.onnx", Lowering(weight_bits=7))
     lowered_model(logits_float, root / "real8.onnx")
     images = data.array("test")[0]
     estimated, real7, real8 = (logits(path, images) for path in (estimate, root / "real7.onnx", root / "real8.onnx"))

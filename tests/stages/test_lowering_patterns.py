@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from support.pattern_nets import pattern_model  # noqa: E402
 
 from quantgate.stages.convert.affine_absorption import absorb_scalar_affines  # noqa: E402
-from quantgate.stages.convert.lower_int8 import lower_int8  # noqa: E402
+from quantgate.stages.convert.lower_int8 import Lowering, lower_int8  # noqa: E402
 from quantgate.stages.convert.onnx_export import convert  # noqa: E402
 from quantgate.stages.convert.onnx_ops import runtime_op_counts  # noqa: E402
 from quantgate.stages.quantize.layer_sensitivity import lowered_model  # noqa: E402
@@ -171,7 +171,7 @@ def test_convert_hardswish_grids_reaches_the_convert_stage_and_the_search_trials
     assert converted[True]["absorbed_affines"]["regridded"] == 1 and converted[True]["hardswish_grids"] is True
     trial = {}
     for grids in (False, True):
-        lowered_model(int8_dir, tmp_path / f"trial{grids}.onnx", hardswish_grids=grids)
+        lowered_model(int8_dir, tmp_path / f"trial{grids}.onnx", Lowering(hardswish_grids=grids))
         trial[grids] = onnx.load(str(tmp_path / f"trial{grids}.onnx"))
     convert_graph = onnx.load(str(tmp_path / "convertTrue" / "int8.onnx")).graph
     assert trial[True].graph == convert_graph  # the trial judges the very graph the convert stage writes
