@@ -157,10 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     convert = run["folders"]["convert"]
     scorer = Scorer(open_data(run["folders"]["data"]), args.threads)
     fp32, qdq = onnx.load(str(convert / FP32_FILE)), onnx.load(str(convert / PADDLE2ONNX_INT8_FILE))
-    weight_names = set(constants(qdq))
+    constant_names = set(constants(qdq))  # a pair quantizing a constant quantizes a weight
     pairs = qdq_pairs(qdq)
-    weight_pairs = [pair for pair in pairs if pair[0].input[0] in weight_names]
-    activation_pairs = [pair for pair in pairs if pair[0].input[0] not in weight_names]
+    weight_pairs = [pair for pair in pairs if pair[0].input[0] in constant_names]
+    activation_pairs = [pair for pair in pairs if pair[0].input[0] not in constant_names]
     replaced, not_fp32 = fp32_weights(qdq, fp32, weight_pairs)
     variants = {"fp32": scorer.score(fp32), "qdq": scorer.score(qdq),
                 "weights only": scorer.score(without_pairs(qdq, activation_pairs)),

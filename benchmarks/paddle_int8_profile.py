@@ -113,22 +113,12 @@ def markdown(result: dict) -> str:
 
 def program_ops(form_dir: Path) -> dict:
     """Op types of the FP32 program as Paddle Inference's passes leave it."""
-    import tempfile
     from collections import Counter
 
-    import paddle.inference as paddle_infer
-    from paddle.base.proto import framework_pb2
-
     from quantgate.stages.evaluate.forms import ModelForm
-    from quantgate.stages.evaluate.runtime_paddle import OPTIMIZED_PROGRAM, _config
+    from quantgate.stages.evaluate.runtime_paddle import optimized_program
 
-    with tempfile.TemporaryDirectory(prefix="quantgate-paddle-") as scratch:
-        config = _config(ModelForm(form_dir, False, "", ""), 1)
-        config.enable_save_optim_model(True)
-        config.set_optim_cache_dir(scratch)
-        paddle_infer.create_predictor(config)
-        program = framework_pb2.ProgramDesc()
-        program.ParseFromString((Path(scratch) / OPTIMIZED_PROGRAM).read_bytes())
+    program = optimized_program(ModelForm(form_dir, False, "", ""))
     counts = Counter(op.type for op in program.blocks[0].ops if op.type not in ("feed", "fetch"))
     return dict(counts.most_common())
 
@@ -154,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     from quantgate.stages.data.reading import open_data
     from quantgate.stages.evaluate.cpu import cpu_record
     from quantgate.stages.evaluate.forms import ModelForm
-    from quantgate.stages.evaluate.runtime_paddle import Runner, library
+    from quantgate.stages.evaluate.runtime_paddle import int8_ops, library
 
     run = stored_run(args.store)
     folders = run["folders"]
@@ -171,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"command": "python benchmarks/paddle_int8_profile.py " + " ".join(argv), "cpu": cpu_record(),
               "library": library(), "threads": args.threads, "runs": args.runs, "model": run["model"],
               "version": run["version"], "rows": rows,
-              "int8_program": Runner(ModelForm(folders["quantize"], True, "", ""), 1).int8_ops(),
+              "int8_program": int8_ops(ModelForm(folders["quantize"], True, "", "")),
               "fp32_program": program_ops(folders["export"])}
     write_results(args.out, "paddle_int8_profile", result, markdown(result))
     return 0

@@ -7,7 +7,7 @@ writes it (`_optimized.pdmodel`) to a scratch folder, and a convolution or matmu
 passes gave it mkldnn_data_type "int8" and weight scales (cpu_quantize_pass sets both only on the ops it
 quantizes). The same program says what the passes left around those kernels: the quantize/dequantize
 ops that convert between float and int8 at run time, and the ops that still compute in float between them
-(on PP-OCRv4's recognizer: its learnable affines and HardSwishes, which FP32 fuses into its convolutions).
+(on PP-OCRv4's recognizer: its learnable affines, and HardSwishes that FP32 fuses into the add before them).
 """
 
 from __future__ import annotations
@@ -51,6 +51,38 @@ def _config(form: ModelForm, threads: int) -> paddle_infer.Config:
     return config
 
 
+def optimized_program(form: ModelForm) -> framework_pb2.ProgramDesc:
+    """The program Paddle Inference's passes make of `form`, as this module configures it."""
+    with tempfile.TemporaryDirectory(prefix="quantgate-paddle-") as scratch:
+        config = _config(form, 1)
+        config.enable_save_optim_model(True)
+        config.set_optim_cache_dir(scratch)
+        paddle_infer.create_predictor(config)  # runs the passes and writes the program they produced
+        program = framework_pb2.ProgramDesc()
+        program.ParseFromString((Path(scratch) / OPTIMIZED_PROGRAM).read_bytes())
+    return program
+
+
+def int8_ops(form: ModelForm) -> dict:
+    """Convolutions and matmuls of `form`'s program after Paddle Inference's passes, how many are INT8, and what
+    the passes left around them (conversions, float compute)."""
+    kinds, conversions, float_compute = Counter(), Counter(), Counter()
+    for op in optimized_program(form).blocks[0].ops:
+        attrs = {attr.name: attr for attr in op.attrs}
+        data_type = attrs["mkldnn_data_type"].s if "mkldnn_data_type" in attrs else "float32"
+        if op.type in CONVERSION_OPS:
+            conversions[op.type] += 1
+        elif op.type in CONV_MATMUL_OPS:
+            quantized = data_type == "int8" and "Scale_weights" in attrs and len(attrs["Scale_weights"].floats) > 0
+            kinds[f"{op.type} {'int8' if quantized else data_type}"] += 1
+        elif op.type not in DATA_OPS and data_type != "int8":
+            float_compute[op.type] += 1
+    int8 = sum(count for kind, count in kinds.items() if kind.endswith(" int8"))
+    return {"int8": int8, "total_conv_matmul": sum(kinds.values()), "ops": dict(sorted(kinds.items())),
+            "conversions": dict(sorted(conversions.items())),
+            "float_compute": dict(sorted(float_compute.items(), key=lambda kv: (-kv[1], kv[0])))}
+
+
 class Runner:
     """One Paddle inference program in Paddle Inference (oneDNN): images -> logits."""
 
@@ -79,25 +111,4 @@ class Runner:
 
     def int8_ops(self) -> dict:
         """Convolutions and matmuls of the program after Paddle Inference's passes, and how many are INT8."""
-        with tempfile.TemporaryDirectory(prefix="quantgate-paddle-") as scratch:
-            config = _config(self.form, 1)
-            config.enable_save_optim_model(True)
-            config.set_optim_cache_dir(scratch)
-            paddle_infer.create_predictor(config)  # runs the passes and writes the program they produced
-            program = framework_pb2.ProgramDesc()
-            program.ParseFromString((Path(scratch) / OPTIMIZED_PROGRAM).read_bytes())
-        kinds, conversions, float_compute = Counter(), Counter(), Counter()
-        for op in program.blocks[0].ops:
-            attrs = {attr.name: attr for attr in op.attrs}
-            data_type = attrs["mkldnn_data_type"].s if "mkldnn_data_type" in attrs else "float32"
-            if op.type in CONVERSION_OPS:
-                conversions[op.type] += 1
-            elif op.type in CONV_MATMUL_OPS:
-                quantized = data_type == "int8" and "Scale_weights" in attrs and len(attrs["Scale_weights"].floats) > 0
-                kinds[f"{op.type} {'int8' if quantized else data_type}"] += 1
-            elif op.type not in DATA_OPS and data_type != "int8":
-                float_compute[op.type] += 1
-        int8 = sum(count for kind, count in kinds.items() if kind.endswith(" int8"))
-        return {"int8": int8, "total_conv_matmul": sum(kinds.values()), "ops": dict(sorted(kinds.items())),
-                "conversions": dict(sorted(conversions.items())),
-                "float_compute": dict(sorted(float_compute.items(), key=lambda kv: (-kv[1], kv[0])))}
+        return int8_ops(self.form)
