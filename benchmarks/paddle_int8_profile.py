@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     if args.runs < 10:  # the warm-up profile comes from another process: its cold costs differ a little
-        parser.error("--runs must be at least 10 (the warm-up subtraction needs the warm runs to dominate)")
+        parser.error(f"--runs {args.runs} is too few: give at least 10 (the warm-up subtraction needs the warm runs "
+                     "to dominate)")
     import tempfile
 
     from trained_models import stored_run
