@@ -1,0 +1,198 @@
+"""Adaptive rounding of PaddleSlim's INT8 weights (AdaRound, Nagel et al. 2020), layer by layer.
+
+PaddleSlim rounds each weight to the nearest point of its grid. AdaRound keeps the grid (the scale PaddleSlim
+chose) and decides, per weight, whether to round down or up, so that the layer's output on calibration data
+is as close to FP32 as it can be: a soft rounding h(V) in [0, 1] is learned with Adam, pulled to 0 or 1 by
+an annealed regularizer, then made hard. PaddleSlim's own AdaRound (`round_type='adaround'`) and its
+reconstruction quantization (`quant_recon_static`) build their training ops with the dynamic-graph API and
+fail in Paddle 3.3.1 on the legacy program format PaddleSlim needs; this runs the same optimization in
+Paddle's dynamic graph on tensors fetched from the static programs.
+
+Each layer (conv2d, depthwise_conv2d, matmul_v2 with a quantized weight) is fitted asymmetrically, as BRECQ
+and QDrop do: its input is what the INT8 program feeds it (quantized, with every error upstream and the layers
+before it already refitted, so a layer also makes up for what those left), its target the FP32 program's output
+of the same layer. The FP32 inputs of every layer are fetched in one pass (PP-OCRv4 rec: 22 MB per line), the
+INT8 ones layer by layer, each by a program pruned to that tensor. The error of a conv followed by a BatchNorm is weighted by the
+BatchNorm's per-channel gain, so it is measured where the next layer sees it. A layer keeps the new rounding
+only if its output error on the calibration data is lower than with nearest rounding; only the integer
+codes change, never a scale, so every runtime reads the same grids.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+
+from quantgate.stages.quantize.quantized_weights import (Layer, array, code_range, grid_factor, is_nearest,
+                                                          quantized_layers, weight_arrays)
+from quantgate.stages.shared.progress import Progress
+from quantgate.stages.shared.static_graph import LoadedProgram
+
+log = logging.getLogger(__name__)
+
+ZETA, GAMMA = 1.1, -0.1  # the rectified sigmoid's stretch (AdaRound's defaults)
+REGULARIZATION = 0.01  # weight of the rounding regularizer against the reconstruction error (BRECQ's)
+BETA = (20.0, 2.0)  # the regularizer's exponent, annealed from the first to the second
+WARMUP = 0.2  # share of the iterations fitted without the regularizer
+
+
+@contextmanager
+def dynamic_mode():
+    was_static = not paddle.in_dynamic_mode()
+    paddle.disable_static()
+    try:
+        yield
+    finally:
+        if was_static:
+            paddle.enable_static()
+
+
+def _apply(layer: Layer, x: paddle.Tensor, w: paddle.Tensor) -> paddle.Tensor:
+    if layer.op_type == "matmul_v2":
+        return paddle.matmul(x, w, transpose_x=layer.attrs["trans_x"], transpose_y=layer.attrs["trans_y"])
+    if layer.attrs.get("padding_algorithm", "EXPLICIT") != "EXPLICIT":
+        padding = layer.attrs["padding_algorithm"]
+    else:
+        padding = layer.attrs["paddings"]
+    return F.conv2d(x, w, stride=layer.attrs["strides"], padding=padding, dilation=layer.attrs["dilations"],
+                    groups=layer.attrs["groups"], data_format=layer.attrs.get("data_format", "NCHW"))
+
+
+def _channel_axis(layer: Layer) -> int:
+    return -1 if layer.op_type == "matmul_v2" else 1
+
+
+def _error(layer: Layer, output: paddle.Tensor, target: paddle.Tensor, gain: paddle.Tensor | None) -> paddle.Tensor:
+    """BRECQ's reconstruction loss: the squared error summed over channels, averaged over the rest."""
+    squared = (output - target) ** 2
+    if gain is not None:
+        squared = squared * gain
+    return squared.sum(axis=_channel_axis(layer)).mean()
+
+
+@dataclass(frozen=True)
+class Refit:
+    codes: np.ndarray
+    error_nearest: float
+    error_adaptive: float
+    changed: int
+
+    def record(self) -> dict:
+        return {"error_nearest": self.error_nearest, "error_adaptive": self.error_adaptive,
+                "codes_changed": self.changed, "kept": self.error_adaptive < self.error_nearest}
+
+
+def refit_layer(layer: Layer, weight: np.ndarray, step: np.ndarray, inputs: np.ndarray, fp32_inputs: np.ndarray,
+                gain: np.ndarray | None, iterations: int, batch: int, rng: np.random.Generator,
+                factor: int = 1) -> Refit:
+    """AdaRound for one layer: the codes whose output on `inputs` (what the INT8 program feeds it) is closest to
+    FP32's output on `fp32_inputs` (what the FP32 program feeds it)."""
+    low, high = code_range(layer, factor)
+    step = step * factor  # the grid the codes are fitted on: 8-bit, or every other 8-bit point (7-bit weights)
+    scaled = weight / step
+    floor = np.floor(scaled)
+    nearest = np.clip(np.round(scaled), low, high)
+    rest = np.clip(scaled - floor, 0.01, 0.99)
+    with dynamic_mode():
+        w_fp32, t_step, t_floor = (paddle.to_tensor(a.astype(np.float32)) for a in (weight, step, floor))
+        t_gain = None if gain is None else paddle.to_tensor(gain.astype(np.float32))
+        targets = []
+        with paddle.no_grad():
+            for start in range(0, len(fp32_inputs), batch):
+                targets.append(_apply(layer, paddle.to_tensor(fp32_inputs[start:start + batch]), w_fp32))
+        target = paddle.concat(targets)
+        x_all = paddle.to_tensor(inputs)
+
+        def total_error(codes: np.ndarray) -> float:
+            w = paddle.to_tensor((codes * step).astype(np.float32))
+            with paddle.no_grad():
+                return float(sum(_error(layer, _apply(layer, x_all[s:s + batch], w), target[s:s + batch], t_gain)
+                                 * len(x_all[s:s + batch]) for s in range(0, len(x_all), batch)) / len(x_all))
+
+        v = paddle.create_parameter(weight.shape, "float32", default_initializer=paddle.nn.initializer.Assign(
+            (-np.log((ZETA - GAMMA) / (rest - GAMMA) - 1)).astype(np.float32)))
+        optimizer = paddle.optimizer.Adam(learning_rate=1e-3, parameters=[v])
+        warmup = int(WARMUP * iterations)
+        for iteration in range(iterations):
+            rows = paddle.to_tensor(rng.choice(len(inputs), size=min(batch, len(inputs)), replace=False))
+            soft = paddle.clip(F.sigmoid(v) * (ZETA - GAMMA) + GAMMA, 0, 1)
+            w = paddle.clip(t_floor + soft, low, high) * t_step
+            loss = _error(layer, _apply(layer, paddle.gather(x_all, rows), w), paddle.gather(target, rows), t_gain)
+            if iteration >= warmup:
+                beta = BETA[1] + (BETA[0] - BETA[1]) * (1 - (iteration - warmup) / max(1, iterations - warmup))
+                loss = loss + REGULARIZATION * (1 - paddle.abs(2 * soft - 1) ** beta).sum()
+            loss.backward()
+            optimizer.step()
+            optimizer.clear_grad()
+        adaptive = np.clip(floor + (v.numpy() >= 0), low, high)
+        return Refit(adaptive.astype(np.float32), total_error(nearest), total_error(adaptive),
+                     int(np.count_nonzero(adaptive != nearest)))
+
+
+def _fetch(program: LoadedProgram, images: list[np.ndarray], names: list[str]) -> list[np.ndarray]:
+    """`names` on every batch of `images`, running only the ops that compute them."""
+    block = program.program.global_block()
+    pruned = program.program._prune([block.var(name) for name in names])
+    fetched: list[list[np.ndarray]] = [[] for _ in names]
+    with paddle.static.scope_guard(program.scope):
+        for batch in images:
+            outputs = program.executor.run(pruned, feed={program.feeds[0]: batch}, fetch_list=names)
+            for found, output in zip(fetched, outputs):
+                found.append(np.asarray(output))
+    return [np.concatenate(found) for found in fetched]
+
+
+def adaround(int8: LoadedProgram, fp32: LoadedProgram, images: list[np.ndarray], iterations: int = 500,
+             batch: int = 8, seed: int = 0, weight_bits: int = 8) -> dict:
+    """Refit the rounding of every qualifying layer of `int8` (static mode on; its scope is updated in place).
+
+    `images`: calibration batches. `weight_bits`: 7 fits the non-depthwise weights on every other point of the
+    8-bit grid, where `quantized_weights.round_weights_to_bits` put them (the codes stay even). Returns the
+    record: per layer the output errors with nearest and adaptive rounding and the codes changed, the layers left
+    as they were and why, and the time taken.
+    """
+    started = time.perf_counter()
+    layers, skipped = quantized_layers(int8, fp32)
+    rng = np.random.default_rng(seed)
+    names = list(dict.fromkeys(layer.fp32_input for layer in layers))
+    found = dict(zip(names, _fetch(fp32, images, names)))
+    records = {}
+    progress = Progress(log, "quantize adaround, layer", len(layers), every_s=10.0)
+    for index, layer in enumerate(layers):
+        codes, weight, step = weight_arrays(int8, fp32, layer)
+        factor = grid_factor(layer, weight_bits)
+        if not is_nearest(codes, weight, step, layer, factor):
+            skipped[layer.codes] = f"its INT8 weight is not the nearest {8 if factor == 1 else 7}-bit rounding " \
+                                   "of the FP32 weight"
+            continue
+        (inputs,) = _fetch(int8, images, [layer.int8_input])  # with every layer before it refitted
+        gain = None
+        if layer.batch_norm is not None:
+            scale, variance, epsilon = layer.batch_norm
+            gain = (array(fp32, scale) ** 2 / (array(fp32, variance) + epsilon)).reshape(1, -1, 1, 1)
+        refit = refit_layer(layer, weight, step, inputs, found[layer.fp32_input], gain, iterations, batch, rng,
+                            factor)
+        records[layer.codes] = {"op": layer.op_type, "weight_bits": 8 if factor == 1 else 7, **refit.record()}
+        if refit.error_adaptive < refit.error_nearest:
+            new = (refit.codes * factor).astype(codes.dtype)
+            int8.scope.find_var(layer.codes).get_tensor().set(new, paddle.CPUPlace())
+        progress.step(index + 1)
+    kept = sum(record["kept"] for record in records.values())
+    log.info("quantize: adaptive rounding kept for %d of %d layers in %.1f s", kept, len(records),
+             time.perf_counter() - started)
+    return {"layers": records, "skipped": skipped, "seconds": round(time.perf_counter() - started, 1),
+            "iterations": iterations, "batch": batch, "samples": int(sum(len(b) for b in images))}
+
+
+def save(program: LoadedProgram, prefix: str) -> None:
+    """Write `program` with its scope's (refitted) parameters back as `<prefix>.pdmodel/.pdiparams`."""
+    block = program.program.global_block()
+    with paddle.static.scope_guard(program.scope):
+        paddle.static.save_inference_model(prefix, [block.var(name) for name in program.feeds], program.fetches,
+                                           executor=program.executor, program=program.program, clip_extra=False)

@@ -1,0 +1,100 @@
+"""AdaRound on a tiny real network (conv -> BatchNorm -> depthwise conv -> HardSwish -> 1x1 conv -> linear), through
+the quantize stage (PaddleSlim) and Paddle's executor: only the integer codes move, each by one step at most,
+every scale stays PaddleSlim's, and the INT8 model comes closer to FP32."""
+
+from pathlib import Path
+
+import numpy as np
+import paddle
+import pytest
+from paddle import nn
+
+from quantgate.config import QuantizeConfig, QuantizeRecipe
+from quantgate.stages.data.reading import open_data
+from quantgate.stages.quantize import quantize
+from quantgate.stages.shared.static_graph import load_program, static_mode
+from tests.stages.test_equalization import GAMMA
+from tests.stages.test_quantize_streaming import image_folder_and_cnn
+
+NEAREST = QuantizeConfig(strategy="single", batch_size=8)
+ADAPTIVE = NEAREST.model_copy(update={"rounding": "adaptive", "adaround_samples": 48, "adaround_iterations": 300})
+
+
+class Block(nn.Layer):
+    def __init__(self, classes: int):
+        super().__init__()
+        self.stem, self.norm = nn.Conv2D(3, 8, 3, padding=1), nn.BatchNorm2D(8)
+        self.depthwise = nn.Conv2D(8, 8, 3, padding=1, groups=8)
+        self.pointwise = nn.Conv2D(8, 16, 1)
+        self.head = nn.Linear(16, classes)
+        self.norm.weight.set_value(GAMMA)  # channels far apart: the quantize stage equalizes them
+        self.depthwise.weight.set_value((self.depthwise.weight.numpy() / GAMMA.reshape(-1, 1, 1, 1)).astype(np.float32))
+
+    def forward(self, x):
+        x = nn.functional.hardswish(self.depthwise(self.norm(self.stem(x))))
+        x = nn.functional.hardswish(self.pointwise(x))
+        return self.head(paddle.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+@pytest.fixture(scope="module")
+def block(tmp_path_factory):
+    root = image_folder_and_cnn(tmp_path_factory.mktemp("adaround"), per_class=40)
+    data = open_data(root / "data")
+    paddle.seed(1)
+    net = Block(data.num_classes)
+    net.eval()
+    spec = paddle.static.InputSpec([None, *data.input_shape], "float32", "image")
+    paddle.jit.save(net, str(root / "block" / "model"), input_spec=[spec])
+    return root
+
+
+def quantized(root: Path, config: QuantizeConfig, name: str):
+    out = root / name
+    out.mkdir()
+    return quantize(config, root / "block", "model.pdmodel", "model.pdiparams", root / "data", out), out
+
+
+def parameters(folder: Path) -> dict[str, np.ndarray]:
+    with static_mode():
+        program = load_program(folder / "model")
+        return {var.name: np.array(program.scope.find_var(var.name).get_tensor())
+                for var in program.program.list_vars() if var.persistable and var.name not in ("feed", "fetch")}
+
+
+def int8_error(root: Path, int8: Path, split: str) -> float:
+    images, _ = open_data(root / "data").array(split)
+    with static_mode():
+        reference = load_program(root / "block" / "model").run(images)
+        ours = load_program(int8 / "model").run(images)
+    return float(np.mean((ours - reference) ** 2))
+
+
+def test_adaptive_rounding_moves_codes_by_one_step_at_most_keeps_the_scales_and_comes_closer_to_fp32(block):
+    nearest, nearest_dir = quantized(block, NEAREST, "nearest")
+    adaptive, adaptive_dir = quantized(block, ADAPTIVE, "adaptive")
+
+    record = adaptive.metrics["adaround"]
+    assert nearest.metrics["adaround"] is None and adaptive.metrics["recipe"]["rounding"] == "adaptive"
+    # The stem's BatchNorm output, rescaled for the depthwise conv, is refitted against the rescaled FP32 copy.
+    assert adaptive.metrics["equalized_tensors"] and record["skipped"] == {}
+    assert sorted(layer["op"] for layer in record["layers"].values()) == \
+        ["conv2d", "conv2d", "depthwise_conv2d", "matmul_v2"], record
+    before, after = parameters(nearest_dir), parameters(adaptive_dir)
+    assert before.keys() == after.keys()
+    changed = {name for name in before if not np.array_equal(before[name], after[name])}
+    kept = {name for name, layer in record["layers"].items() if layer["kept"]}
+    assert changed == kept and kept, (changed, record)  # only the codes of refitted layers, no scale, no bias
+    for name in kept:
+        layer = record["layers"][name]
+        assert layer["error_adaptive"] < layer["error_nearest"]
+        steps = after[name] - before[name]
+        assert np.abs(steps).max() == 1 and np.count_nonzero(steps) == layer["codes_changed"]
+        assert after[name].min() >= -128 and after[name].max() <= 127
+    # Closer to FP32 on the rows it was fitted on, and on the test split it never saw.
+    assert int8_error(block, adaptive_dir, "calibration") < int8_error(block, nearest_dir, "calibration")
+    assert int8_error(block, adaptive_dir, "test") < int8_error(block, nearest_dir, "test")
+
+
+def test_a_recipe_can_ask_for_adaptive_rounding():
+    assert NEAREST.with_recipe(QuantizeRecipe(rounding="adaptive")).rounding == "adaptive"
+    assert NEAREST.with_recipe(QuantizeRecipe()).rounding == "nearest"
