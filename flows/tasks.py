@@ -280,11 +280,13 @@ def quantize_task(
     """PaddleSlim post-training INT8 quantization on the calibration split: one recipe ('single'), or
     the accuracy-aware search judged by `policy` on the validation split ('search'), its trials lowered as
     `convert_config` will lower the kept one."""
+    weight_bits = this_cpus_weight_bits().bits  # the grid the weights are rounded to, once, from FP32
     if config.strategy == "single":
         return run_stage(
-            store_root, version, "quantize", config.model_dump(mode="json"), {"export": exported, "data": data},
+            store_root, version, "quantize", {**config.model_dump(mode="json"), "int8_weight_bits": weight_bits},
+            {"export": exported, "data": data},
             lambda dirs, out: quantize(config, dirs["export"], MODEL_FILE, PARAMS_FILE, dirs["data"], out,
-                                       num_workers=num_workers),
+                                       num_workers=num_workers, weight_bits=weight_bits),
             reuse,
         )
     policy, evaluate_config = policy or GatePolicy(), evaluate_config or EvaluateConfig()
@@ -292,7 +294,7 @@ def quantize_task(
     store = open_store(store_root)
     # The search's verdict depends on the policy it was judged by, and on the lowering its trials were judged in
     # (the convert stage's, on this machine): both are part of the stage's config.
-    lowering = Lowering(this_cpus_weight_bits().bits, convert_config.hardswish_grids)
+    lowering = Lowering(weight_bits, convert_config.hardswish_grids)
     stage_config = {**config.model_dump(mode="json"), "policy": policy.model_dump(mode="json"),
                     "evaluate": evaluate_config.model_dump(mode="json"), "int8_weight_bits": lowering.weight_bits,
                     "hardswish_grids": lowering.hardswish_grids}

@@ -157,6 +157,7 @@ class TrainConfig(Section):
 
 
 ALGOS = Literal["hist", "KL", "mse", "avg", "abs_max", "min_max"]
+ROUNDINGS = Literal["nearest", "adaptive"]
 WEIGHT_QUANTIZE_TYPES = Literal["channel_wise_abs_max", "abs_max"]
 
 
@@ -167,6 +168,7 @@ class QuantizeRecipe(Section):
     hist_percent: float | None = Field(None, gt=0, le=1, description="Percentile kept by 'hist'.")
     bias_correction: bool | None = Field(None, description="PaddleSlim's bias correction of quantized weights.")
     weight_quantize_type: WEIGHT_QUANTIZE_TYPES | None = Field(None, description="Per-channel or per-tensor weights.")
+    rounding: ROUNDINGS | None = Field(None, description="Nearest rounding of the weights, or AdaRound's.")
 
 
 # Cheapest first. KL is not among them: on MobileNetV2 here its threshold search took 5 minutes (hist:
@@ -215,6 +217,13 @@ class QuantizeConfig(Section):
     weight_quantize_type: WEIGHT_QUANTIZE_TYPES = Field(
         "channel_wise_abs_max", description="Per-channel or per-tensor weight scales."
     )
+    rounding: ROUNDINGS = Field(
+        "nearest", description="'nearest': PaddleSlim's rounding of every weight to its grid; 'adaptive': AdaRound, "
+        "each layer's weights rounded up or down (same grids) to bring its output on calibration data closer to "
+        "FP32's (stages/quantize/adaround.py).",
+    )
+    adaround_samples: int = Field(64, ge=1, description="Calibration samples AdaRound fits each layer on.")
+    adaround_iterations: int = Field(500, ge=1, description="Adam steps AdaRound takes per layer.")
     skip_tensors: tuple[str, ...] = Field(
         (), description="Weight names (e.g. 'conv2d_0.w_0') whose layers PaddleSlim leaves in float."
     )

@@ -90,6 +90,34 @@ def _dequantized_constant(quantized: np.ndarray, zero_point: np.ndarray, scale: 
     return ((quantized - zero_point) * scale).astype(np.float32)
 
 
+def _seven_bit_grid_step(weight: np.ndarray, scale: np.ndarray, axis: int) -> np.ndarray:
+    """The 8-bit step of a weight the quantize stage put on the 7-bit grid (even codes, `quantized_weights`), where
+    paddle2onnx folded a BatchNorm into it: paddle2onnx then takes the step from the folded weight's abs max over
+    127, which is 126/127 or 128/127 of the real step when the largest code is 126 or -128, and the lowering would
+    round the codes again. The real step is the candidate on which every weight is an even code; `scale` itself
+    where it already holds (no fold, or PaddleSlim's 8-bit codes) or where no candidate does (never a guess)."""
+    shape = [1] * weight.ndim
+    if scale.size > 1:
+        shape[axis] = -1
+
+    def codes(step: np.ndarray) -> np.ndarray:
+        return weight.astype(np.float64) / step.astype(np.float64).reshape(shape)
+
+    def on_grid(values: np.ndarray, modulus: int) -> np.ndarray:
+        reduce = tuple(i for i in range(weight.ndim) if scale.size == 1 or i != axis % weight.ndim)
+        return np.all(np.abs(values - modulus * np.round(values / modulus)) < 1e-3, axis=reduce).ravel()
+
+    if np.all(on_grid(codes(scale), 1)):
+        return scale
+    chosen = scale.astype(np.float64).copy().ravel()
+    found = np.zeros(chosen.size, bool)
+    for peak in (126, 128):
+        candidate = scale.astype(np.float64).ravel() * 127 / peak
+        fits = on_grid(codes(candidate.reshape(scale.shape)), 2) & ~found
+        chosen[fits], found = candidate[fits], found | fits
+    return chosen.reshape(scale.shape).astype(scale.dtype) if found.all() else scale
+
+
 def _read_qdq_pairs(graph: onnx.GraphProto, initializers: dict[str, onnx.TensorProto]) -> _QdqPairs:
     """PaddleSlim's scales from every DequantizeLinear, and the float tensor each DQ output replaces."""
     array = lambda name: numpy_helper.to_array(initializers[name])  # noqa: E731
@@ -110,6 +138,7 @@ def _read_qdq_pairs(graph: onnx.GraphProto, initializers: dict[str, onnx.TensorP
                     "the lowering expects PaddleSlim's symmetric int8 (zero point 0)"
                 )
             if tensor in initializers:
+                scale = _seven_bit_grid_step(array(tensor), scale, axis)
                 pairs.weight_scales[tensor] = (scale.ravel(), axis if scale.size > 1 else None)
             elif scale.size == 1:
                 pairs.activation_scales[tensor] = float(scale)

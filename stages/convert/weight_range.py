@@ -13,6 +13,9 @@ weights (exact, QGEMM U8U8) were slower than FP32. PP-OCRv4's recognizer, equali
 FP32: 90.0 % of lines with 8-bit weights, 96.0 % with 7-bit, 98.67 % in FP32.
 
 Depthwise convolutions keep 8 bits: MLAS's depthwise kernels sum in 32 bits on every CPU.
+
+Halving 8-bit codes rounds twice; the quantize stage puts the weights of a model meant for such a CPU on the
+7-bit grid itself, rounded once from FP32 (`quantize/quantized_weights.py`), and halving those codes is exact.
 """
 
 from __future__ import annotations

@@ -22,8 +22,10 @@ from quantgate.config import QuantizeConfig
 from quantgate.errors import BadInput
 from quantgate.stages.data.reading import StoredData, open_data
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE  # the INT8 model keeps the FP32 file names
+from quantgate.stages.quantize.adaround import adaround, save
 from quantgate.stages.quantize.calibration import STATISTIC_ALGOS, Calibration, Statistics
 from quantgate.stages.quantize.equalization import depthwise_inputs, equalized_copy
+from quantgate.stages.quantize.quantized_weights import round_weights_to_bits
 from quantgate.stages.shared.errors import StageError
 from quantgate.stages.shared.progress import Progress
 from quantgate.stages.shared.static_graph import load_program, op_counts, static_mode
@@ -77,23 +79,25 @@ def calibration_rows(samples: int, wanted: int) -> np.ndarray:
 
 def quantize(
     config: QuantizeConfig, model_dir: Path, model_file: str, params_file: str, data_dir: Path, out_dir: Path,
-    num_workers: int = 0,
+    num_workers: int = 0, weight_bits: int = 8,
 ) -> QuantizeResult:
     """Run PaddleSlim `quant_post_static` on the exported FP32 model, calibrated on the data stage's calibration split.
 
     `num_workers`: processes decoding image files for each calibration pass (0: in this process).
+    `weight_bits`: 7 puts the conv/matmul weights (not the depthwise ones) on a 7-bit grid rounded from FP32, for a
+    CPU whose onnxruntime INT8 kernels saturate with 8-bit weights (`quantized_weights`); 8 keeps PaddleSlim's.
 
     Raises:
         QuantizationError: the calibration split is too small for the requested batches.
         DataError: `data_dir` is not a data stage's output, or an image changed since the data stage.
     """
     return quantize_with_data(config, model_dir, model_file, params_file, open_data(data_dir), out_dir,
-                              num_workers=num_workers)
+                              num_workers=num_workers, weight_bits=weight_bits)
 
 
 def quantize_with_data(
     config: QuantizeConfig, model_dir: Path, model_file: str, params_file: str, data: StoredData, out_dir: Path,
-    num_workers: int = 0, allow_float: bool = False, statistics: Statistics | None = None,
+    num_workers: int = 0, allow_float: bool = False, statistics: Statistics | None = None, weight_bits: int = 8,
 ) -> QuantizeResult:
     """Run PaddleSlim's post-training quantization (ONNX-style quantize_linear ops) calibrated on `data`'s
     calibration split, as `quant_post_static` runs it.
@@ -103,6 +107,7 @@ def quantize_with_data(
     `allow_float`: accept a model with nothing quantized (the search skips every layer on purpose).
     `statistics`: what a calibration of the same model, rows and batch size measured ('hist', 'KL',
     'abs_max', 'avg'); the passes it holds are not run again.
+    `weight_bits`: as in `quantize`.
 
     Raises:
         QuantizationError: the split is too small for the requested batches, or nothing was quantized.
@@ -157,6 +162,8 @@ def quantize_with_data(
                 quantizer = PostTrainingQuantization(**settings)
             quantizer.quantize()
             quantizer.save_quantized_model(str(out_dir), model_filename=MODEL_FILE, params_filename=PARAMS_FILE)
+        weights, rounding = _refined_weights(config, weight_bits, Path(model_dir) / Path(model_file).stem,
+                                             Path(out_dir), data, rows, num_workers)
         int8 = load_program(Path(out_dir) / Path(MODEL_FILE).stem)
     counts = op_counts(int8.program)
     if not counts.get("quantize_linear") and not allow_float:
@@ -176,7 +183,11 @@ def quantize_with_data(
         metrics={
             "algo": config.algo,
             "recipe": {name: getattr(config, name) for name in
-                       ("algo", "hist_percent", "bias_correction", "weight_quantize_type")},
+                       ("algo", "hist_percent", "bias_correction", "weight_quantize_type", "rounding")},
+            "adaround": rounding,
+            "weight_bits": weights["weight_bits"],
+            "weights_rounded_from_fp32": weights["rounded_from_fp32"],
+            "weights_left_as_paddleslim_rounded": weights["left"],
             "skip_tensors": list(config.skip_tensors),
             "calibration_batches": fed_batches,
             "calibration_samples": fed_samples,
@@ -193,3 +204,24 @@ def quantize_with_data(
         },
         statistics=quantizer.statistics if timed else None,
     )
+
+
+def _refined_weights(config: QuantizeConfig, weight_bits: int, fp32_prefix: Path, out_dir: Path, data: StoredData,
+                     rows: np.ndarray, num_workers: int) -> tuple[dict, dict | None]:
+    """The saved INT8 program's weights put on the `weight_bits` grid from the FP32 program PaddleSlim calibrated,
+    then AdaRound if `config.rounding` asks for it (on evenly spread calibration rows), saved in place. Returns
+    both records (AdaRound's: None without it)."""
+    prefix = out_dir / Path(MODEL_FILE).stem
+    if weight_bits == 8 and config.rounding != "adaptive":
+        return {"weight_bits": 8, "rounded_from_fp32": [], "left": {}}, None
+    int8, fp32 = load_program(prefix), load_program(fp32_prefix)
+    weights = round_weights_to_bits(int8, fp32, weight_bits)
+    rounding = None
+    if config.rounding == "adaptive":
+        picked = rows[calibration_rows(len(rows), config.adaround_samples)]
+        chunks = [picked[start: start + config.batch_size] for start in range(0, len(picked), config.batch_size)]
+        with closing(data.fetch("calibration", chunks, num_workers)) as stream:
+            images = [images for images, _ in stream]
+        rounding = adaround(int8, fp32, images, iterations=config.adaround_iterations, weight_bits=weight_bits)
+    save(int8, str(prefix))
+    return weights, rounding

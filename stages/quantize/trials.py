@@ -44,7 +44,8 @@ CALIBRATION_METRICS = "calibration.json"
 # What decides a PaddleSlim calibration besides the model and the images.
 CALIBRATION_FIELDS = ("algo", "hist_percent", "bias_correction", "weight_quantize_type",
                       "batch_size", "batch_nums", "max_calibration_samples", "skip_tensors",
-                      "equalize_depthwise_inputs", "calibration_histogram")
+                      "equalize_depthwise_inputs", "calibration_histogram", "rounding", "adaround_samples",
+                      "adaround_iterations")
 # What decides the statistics calibrations measure, besides the model and the images (the rows and batches).
 STATISTICS_FIELDS = ("batch_size", "batch_nums", "max_calibration_samples", "equalize_depthwise_inputs",
                      "calibration_histogram")
@@ -186,7 +187,8 @@ class TrialRunner:
 
         `allow_float`: a model with nothing quantized is an answer, not an error (every layer skipped).
         """
-        digest = content_digest(self.inputs_digest, {name: getattr(settings, name) for name in CALIBRATION_FIELDS})
+        digest = content_digest(self.inputs_digest, {name: getattr(settings, name) for name in CALIBRATION_FIELDS},
+                                {"weight_bits": self.lowering.weight_bits})
         if digest in self._calibrated:
             return self._calibrated[digest], digest, True
         if self.cache is not None and (entry := self.cache.get(digest)) is not None:
@@ -211,7 +213,8 @@ class TrialRunner:
                              {name: getattr(settings, name) for name in STATISTICS_FIELDS})
         statistics = self._stored_statistics(key, settings.algo)
         result = quantize_with_data(settings, self.model_dir, MODEL_FILE, PARAMS_FILE, self.data, folder,
-                                    num_workers=self.num_workers, allow_float=allow_float, statistics=statistics)
+                                    num_workers=self.num_workers, allow_float=allow_float, statistics=statistics,
+                                    weight_bits=self.lowering.weight_bits)
         (folder / CALIBRATION_METRICS).write_text(json.dumps(result.metrics, sort_keys=True, indent=2) + "\n")
         if result.statistics is not None:
             self._keep_statistics(key, result.statistics)
