@@ -100,8 +100,9 @@ def _seven_bit_grid_step(weight: np.ndarray, scale: np.ndarray, axis: int) -> np
     if scale.size > 1:
         shape[axis] = -1
 
-    def codes(step: np.ndarray) -> np.ndarray:
-        return weight.astype(np.float64) / step.astype(np.float64).reshape(shape)
+    def codes(step: np.ndarray) -> np.ndarray:  # an all-zero channel has step 0 and codes 0
+        step = step.astype(np.float64).reshape(shape)
+        return weight.astype(np.float64) / np.where(step == 0, 1, step)
 
     def on_grid(values: np.ndarray, modulus: int) -> np.ndarray:
         reduce = tuple(i for i in range(weight.ndim) if scale.size == 1 or i != axis % weight.ndim)

@@ -9,6 +9,7 @@ import pytest
 from quantgate.config import QuantizeConfig
 from quantgate.stages.convert.onnx_export import convert
 from quantgate.stages.convert.outputs import INT8_FILE
+from quantgate.stages.convert.paddle_quantization import _seven_bit_grid_step
 from quantgate.stages.convert.weight_range import WeightBits
 from quantgate.stages.data.reading import open_data
 from quantgate.stages.quantize import quantize
@@ -87,3 +88,19 @@ def test_the_lowering_to_7_bits_changes_no_weight_that_the_quantize_stage_put_on
     np.testing.assert_allclose(lowered[7, 7], lowered[7, 8], rtol=1e-5, atol=1e-5)
     # Halving PaddleSlim's 8-bit codes is not (the old way to 7 bits).
     assert np.abs(lowered[8, 7] - lowered[8, 8]).max() > 1e-3
+
+
+def test_the_lowering_recovers_the_step_of_a_folded_7_bit_weight_even_with_an_all_zero_channel():
+    rng = np.random.default_rng(0)
+    codes = 2 * rng.integers(-60, 61, (4, 3, 3, 3)).astype(np.float32)  # even codes: the 7-bit grid
+    codes[0, 0, 0, 0], codes[1, 0, 0, 0], codes[3, 0, 0, 0], codes[2] = 126, -128, 126, 0  # channel 2 pruned
+    step = np.array([0.01, 0.02, 0.0, 0.005], np.float32)  # PaddleSlim's step x the folded BatchNorm's gain
+    weight = (codes * step.reshape(-1, 1, 1, 1)).astype(np.float32)
+    absmax_step = (np.abs(weight).reshape(4, -1).max(axis=1) / 127).astype(np.float32)  # what paddle2onnx writes
+    recovered = _seven_bit_grid_step(weight, absmax_step, 0)
+    np.testing.assert_allclose(recovered[[0, 1, 3]], step[[0, 1, 3]], rtol=1e-6)
+    assert recovered[2] == 0
+    # A weight already on its step (no fold, or 8-bit codes), and one on no candidate's grid, keep their scale.
+    np.testing.assert_array_equal(_seven_bit_grid_step(weight, step, 0), step)
+    odd = weight + 0.3 * step.reshape(-1, 1, 1, 1)
+    np.testing.assert_array_equal(_seven_bit_grid_step(odd, absmax_step, 0), absmax_step)
