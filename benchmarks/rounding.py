@@ -26,6 +26,8 @@ latency of `lowered` at batch 1 and 16 (median of --repeats, this machine, --thr
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -52,6 +54,9 @@ from quantgate.stages.evaluate.forms import ModelForm  # noqa: E402
 from quantgate.stages.evaluate.runtime_openvino import Runner as OpenVinoRunner  # noqa: E402
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE  # noqa: E402
 from quantgate.stages.quantize.ptq import quantize_with_data  # noqa: E402
+
+
+METRICS = "quantize_metrics.json"  # a variant's quantize metrics, beside its INT8 program
 
 
 def exact_session(onnx_file: Path, threads: int, exact: bool) -> ort.InferenceSession:
@@ -111,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hardswish-grids", action="store_true", help="convert.hardswish_grids: true")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=20, help="timed runs of `lowered` per batch size")
+    parser.add_argument("--quantized-from", type=Path, default=None,
+                        help="an earlier run's --work: each variant's quantize folder is taken from there, not made")
     args = parser.parse_args(argv)
 
     run = stored_run(args.store)
@@ -126,10 +133,17 @@ def main(argv: list[str] | None = None) -> int:
         config = QuantizeConfig(strategy="single", algo=algo, rounding=rounding, adaround_samples=args.samples,
                                 adaround_iterations=args.iterations, max_calibration_samples=args.calibration)
         started = time.perf_counter()
-        quantized = quantize_with_data(config, export, MODEL_FILE, PARAMS_FILE, data, folder / "quantize",
-                                       statistics=statistics.get(algo), weight_bits=int(quantize_bits))
+        if args.quantized_from is not None:  # the same variant's INT8 program, made by an earlier run
+            shutil.copytree(args.quantized_from / folder.name / "quantize", folder / "quantize")
+            kept = folder / "quantize" / METRICS
+            metrics = json.loads(kept.read_text()) if kept.exists() else {"adaround": None}
+        else:
+            quantized = quantize_with_data(config, export, MODEL_FILE, PARAMS_FILE, data, folder / "quantize",
+                                           statistics=statistics.get(algo), weight_bits=int(quantize_bits))
+            statistics.setdefault(algo, quantized.statistics)
+            metrics = quantized.metrics
+            (folder / "quantize" / METRICS).write_text(json.dumps(metrics, indent=2, default=str) + "\n")
         quantize_s = time.perf_counter() - started
-        statistics.setdefault(algo, quantized.statistics)
         convert(export, folder / "quantize", MODEL_FILE, PARAMS_FILE, folder / "convert",
                 WeightBits(int(lowered_bits), "the variant's"), hardswish_grids=args.hardswish_grids)
         if scorer.fp32_probs is None:
@@ -139,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         outputs = {"lowered": session_outputs(lowered, scorer.images),
                    "openvino": openvino_outputs(scorer, folder / "convert" / INT8_FILE, args.threads),
                    "qdq": scorer.outputs(folder / "convert" / PADDLE2ONNX_INT8_FILE, optimized=False)}
-        record = {"quantize_s": round(quantize_s, 1), "adaround": quantized.metrics["adaround"],
+        record = {"quantize_s": round(quantize_s, 1), "adaround": metrics["adaround"],
+                  "quantized_from": str(args.quantized_from) if args.quantized_from else None,
                   "lowered_exact_u8u8": exact,
                   "lowered_ms": {batch: median_ms(lowered, scorer.images[:batch], args.repeats) for batch in (1, 16)}}
         for name, probs in outputs.items():
@@ -175,7 +190,8 @@ def markdown(result: dict) -> str:
             r, m = record[name], record[name]["vs_first_variant"]
             label = name + (" (u8u8 exact)" if name == "lowered" and record["lowered_exact_u8u8"] else "")
             speed = f"{record['lowered_ms'][1]:.2f} / {record['lowered_ms'][16]:.2f}" if name == "lowered" else ""
-            lines.append(f"| {variant} | {record['quantize_s']:.0f} | {label} | {r['line_accuracy_pct']:.2f} | "
+            made = "reused" if record["quantized_from"] else f"{record['quantize_s']:.0f}"
+            lines.append(f"| {variant} | {made} | {label} | {r['line_accuracy_pct']:.2f} | "
                          f"{r['agreement']:.4f} | {r['kl_per_frame']:.4f} | +{m['lines_gained']} / -{m['lines_lost']} "
                          f"({m['p']:.2f}) | {speed} |")
         if record["adaround"]:
