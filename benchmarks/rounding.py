@@ -59,6 +59,10 @@ from quantgate.stages.quantize.ptq import quantize_with_data  # noqa: E402
 METRICS = "quantize_metrics.json"  # a variant's quantize metrics, beside its INT8 program
 
 
+def variant_folder(work: Path, variant: str) -> Path:
+    return work / variant.replace(":", "-")
+
+
 def exact_session(onnx_file: Path, threads: int, exact: bool) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads, options.log_severity_level = threads, 1, 3
@@ -119,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quantized-from", type=Path, default=None,
                         help="an earlier run's --work: each variant's quantize folder is taken from there, not made")
     args = parser.parse_args(argv)
+    names = args.variants.split(",")
+    if args.quantized_from is not None:  # before any variant runs, not after the first hour
+        missing = [name for name in names if not (variant_folder(args.quantized_from, name) / "quantize").is_dir()]
+        if missing:
+            parser.error(f"--quantized-from {args.quantized_from} has no quantize folder for {', '.join(missing)}: "
+                         "run those variants without --quantized-from first")
 
     run = stored_run(args.store)
     data = open_data(run["folders"]["data"])
@@ -126,15 +136,15 @@ def main(argv: list[str] | None = None) -> int:
     scorer = Scorer(data, args.threads)
     saturates = onnxruntime_weight_bits(cpu_record()["flags"]).bits == 7  # this CPU's u8 x s8 kernels
     variants, first_right, statistics = {}, {}, {}
-    for variant in args.variants.split(","):
+    for variant in names:
         algo, rounding, quantize_bits, lowered_bits = variant.split(":")
-        folder = args.work / variant.replace(":", "-")
+        folder = variant_folder(args.work, variant)
         (folder / "convert").mkdir(parents=True)
         config = QuantizeConfig(strategy="single", algo=algo, rounding=rounding, adaround_samples=args.samples,
                                 adaround_iterations=args.iterations, max_calibration_samples=args.calibration)
         started = time.perf_counter()
         if args.quantized_from is not None:  # the same variant's INT8 program, made by an earlier run
-            shutil.copytree(args.quantized_from / folder.name / "quantize", folder / "quantize")
+            shutil.copytree(variant_folder(args.quantized_from, variant) / "quantize", folder / "quantize")
             kept = folder / "quantize" / METRICS
             metrics = json.loads(kept.read_text()) if kept.exists() else {"adaround": None}
         else:
@@ -164,8 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         variants[variant] = record
         print(variant, {name: record[name] for name in outputs}, f"quantize {quantize_s:.0f} s", flush=True)
     fp32, _ = scored(scorer, scorer.fp32_probs)
-    fp32_session = exact_session(Path(args.work) / next(iter(variants)).replace(":", "-") / "convert" / FP32_FILE,
-                                 args.threads, False)
+    fp32_session = exact_session(variant_folder(args.work, names[0]) / "convert" / FP32_FILE, args.threads, False)
     fp32["lowered_ms"] = {batch: median_ms(fp32_session, scorer.images[:batch], args.repeats) for batch in (1, 16)}
     command = "python benchmarks/rounding.py " + " ".join(argv if argv is not None else sys.argv[1:])
     result = {"command": command, "cpu": cpu_record(), "onnxruntime": ort.__version__, "model": run["model"],
