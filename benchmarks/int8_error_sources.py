@@ -93,8 +93,8 @@ def fp32_weights(qdq: onnx.ModelProto, fp32: onnx.ModelProto, weight_pairs: list
 
 
 class Scorer:
-    def __init__(self, data, threads: int):
-        splits = [split for split in ("validation", "test") if data.size(split)]
+    def __init__(self, data, threads: int, splits: tuple[str, ...] = ("validation", "test")):
+        splits = [split for split in splits if data.size(split)]
         self.images = np.concatenate([data.array(split)[0] for split in splits])
         self.references = np.concatenate([data.references(split) for split in splits])
         self.task, self.threads, self.splits = data.task, threads, splits

@@ -18,6 +18,10 @@ Each variant is scored against FP32 on the validation and test lines together:
   qdq          paddle2onnx's int8_paddle2onnx.onnx in onnxruntime with optimizations off: each Q/DQ pair exactly
                its rounding, i.e. PaddleSlim's program as it is
 
+With `--fresh-lines N` the lines scored are N new ones instead (rendered like the version's, `--fresh-seed`, prepared
+by the data stage with the version's data settings): more lines tell smaller differences from chance, and none of
+them was seen by any choice made on the version's validation lines.
+
 Scored by line accuracy, agreement with FP32 and the mean per-frame KL divergence from FP32's distribution
 over characters; each variant's lines are compared with the first variant's by McNemar's exact test, and
 latency of `lowered` at batch 1 and 16 (median of --repeats, this machine, --threads).
@@ -41,13 +45,16 @@ sys.path[:0] = [str(REPO / "benchmarks"), str(REPO / "tests")]
 import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle loads)
 from int8_error_sources import Scorer  # noqa: E402
 from outputs import write_results  # noqa: E402
+from support.ocr_samples import render_financial_lines, write_label_file  # noqa: E402
 from scipy.stats import binomtest  # noqa: E402
 from trained_models import stored_run  # noqa: E402
 
 from quantgate.config import QuantizeConfig  # noqa: E402
+from quantgate.data_config import DataConfig  # noqa: E402
 from quantgate.stages.convert.onnx_export import convert  # noqa: E402
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, PADDLE2ONNX_INT8_FILE  # noqa: E402
 from quantgate.stages.convert.weight_range import WeightBits, onnxruntime_weight_bits  # noqa: E402
+from quantgate.stages.data import prepare_data  # noqa: E402
 from quantgate.stages.data.reading import open_data  # noqa: E402
 from quantgate.stages.evaluate.cpu import cpu_record  # noqa: E402
 from quantgate.stages.evaluate.forms import ModelForm  # noqa: E402
@@ -61,6 +68,19 @@ METRICS = "quantize_metrics.json"  # a variant's quantize metrics, beside its IN
 
 def variant_folder(work: Path, variant: str) -> Path:
     return work / variant.replace(":", "-")
+
+
+def fresh_data(run: dict, count: int, seed: int, work: Path):
+    """`count` new lines (rendered with `seed`) as the test split of a data stage run with the version's settings
+    (its calibration and validation splits: 32 other new lines, unused)."""
+    root = work / f"fresh-{seed}-{count}"
+    write_label_file(root / "fresh.txt", render_financial_lines(root, count, seed=seed))
+    write_label_file(root / "unused.txt", render_financial_lines(root, 32, seed=seed + 1000))
+    settings = dict(run["record"]["config"]["data"], path=str(root), label_file=str(root / "unused.txt"),
+                    test_label_file=str(root / "fresh.txt"), validation_fraction=0.005)
+    (root / "data").mkdir()
+    prepare_data(DataConfig(**settings), root / "data", training=False)
+    return open_data(root / "data")
 
 
 def exact_session(onnx_file: Path, threads: int, exact: bool) -> ort.InferenceSession:
@@ -122,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=20, help="timed runs of `lowered` per batch size")
     parser.add_argument("--quantized-from", type=Path, default=None,
                         help="an earlier run's --work: each variant's quantize folder is taken from there, not made")
+    parser.add_argument("--fresh-lines", type=int, default=0, help="score on this many new lines, not the version's")
+    parser.add_argument("--fresh-seed", type=int, default=7, help="the new lines' rendering seed")
     args = parser.parse_args(argv)
     names = args.variants.split(",")
     if args.quantized_from is not None:  # before any variant runs, not after the first hour
@@ -133,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     run = stored_run(args.store)
     data = open_data(run["folders"]["data"])
     export = run["folders"]["export"]
-    scorer = Scorer(data, args.threads)
+    scorer = (Scorer(fresh_data(run, args.fresh_lines, args.fresh_seed, args.work), args.threads, ("test",))
+              if args.fresh_lines else Scorer(data, args.threads))
     saturates = onnxruntime_weight_bits(cpu_record()["flags"]).bits == 7  # this CPU's u8 x s8 kernels
     variants, first_right, statistics = {}, {}, {}
     for variant in names:
@@ -179,17 +202,19 @@ def main(argv: list[str] | None = None) -> int:
     command = "python benchmarks/rounding.py " + " ".join(argv if argv is not None else sys.argv[1:])
     result = {"command": command, "cpu": cpu_record(), "onnxruntime": ort.__version__, "model": run["model"],
               "version": run["version"], "splits": scorer.splits, "lines": len(scorer.images),
+              "fresh_lines": {"count": args.fresh_lines, "seed": args.fresh_seed} if args.fresh_lines else None,
               "hardswish_grids": args.hardswish_grids, "threads": args.threads, "fp32": fp32, "variants": variants}
     write_results(args.out, "rounding", result, markdown(result))
     return 0
 
 
 def markdown(result: dict) -> str:
-    cpu, fp32 = result["cpu"], result["fp32"]
+    cpu, fp32, fresh = result["cpu"], result["fp32"], result.get("fresh_lines")
+    scored_on = f"new lines, seed {fresh['seed']}" if fresh else " + ".join(result["splits"])
     lines = [f"# INT8 weights, rounding and bits: {result['command']}", "",
              f"{cpu['model']} (flags: {', '.join(cpu['flags'])}); onnxruntime {result['onnxruntime']}, "
              f"{result['threads']} threads; model {result['model']}/{result['version']}; {result['lines']} lines "
-             f"({' + '.join(result['splits'])}); FP32 (onnxruntime) {fp32['line_accuracy_pct']:.2f} %, "
+             f"({scored_on}); FP32 (onnxruntime) {fp32['line_accuracy_pct']:.2f} %, "
              f"{fp32['lowered_ms'][1]:.2f} / {fp32['lowered_ms'][16]:.2f} ms at batch 1 / 16; "
              f"convert.hardswish_grids {result['hardswish_grids']}", "",
              "| variant | quantize s | model | line accuracy % | agreement | KL per frame | lines +/- vs first (p) "
