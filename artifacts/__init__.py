@@ -7,6 +7,7 @@ the store for paths (`VersionRef.path`, `ArtifactStore.stage_dir`, `ArtifactStor
 from .checkpoints import CheckpointRef, CheckpointWriter
 from .errors import ArtifactCorrupt, ArtifactError, ArtifactExists, ArtifactNotFound, InvalidName, StoreNotWritable
 from .layout import LATEST, RELEASE, RUN_LOG_FILE
+from .manifest import recorded_config
 from .names import StageRef, VersionInfo, VersionRef
 from .opening import is_s3, open_store
 from .store import ArtifactStore
@@ -31,4 +32,5 @@ __all__ = [
     "VersionRef",
     "is_s3",
     "open_store",
+    "recorded_config",
 ]

@@ -40,6 +40,18 @@ SEAL_KEY = "record_sha256"
 _CHUNK_BYTES = 1 << 20
 
 
+def recorded_config(folder: Path) -> dict | None:
+    """The config a stage folder's manifest records (`None` for a folder outside a store, or no readable manifest).
+
+    For readers of a stage's folder that need what the run recorded beside it (the data stage's READ_FROM roots)
+    without knowing the store's file names."""
+    try:
+        config = json.loads((Path(folder) / MANIFEST_NAME).read_text())["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
 def utc_now() -> str:
     """The current time as ISO-8601 in UTC, e.g. "2025-01-31T12:00:00.123+00:00"."""
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")

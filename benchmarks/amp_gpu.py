@@ -29,8 +29,8 @@ import paddle.nn.functional as F
 
 import quantgate  # noqa: F401  (sets Paddle flags before paddle loads)
 from quantgate.config import AmpConfig
+from quantgate.models.models import build_model
 from quantgate.stages.train import amp
-from quantgate.stages.train.models import build_model
 from quantgate.stages.train.op_precision import op_precision_record, operator_stats
 
 NO_GPU_EXIT = 2

@@ -33,15 +33,15 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests")]
 
-import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle loads)
 import paddle  # noqa: E402
 from paddle.static.quantization import PostTrainingQuantization  # noqa: E402
 from paddleslim.quant import quant_post_static  # noqa: E402
 from support.ocr_samples import REC_SHAPE, model_inputs, paddleocr_models, render_financial_lines  # noqa: E402
 
-from quantgate.stages.evaluate.cpu import cpu_record  # noqa: E402
+import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle loads)
+from quantgate.int8.static_graph import static_mode  # noqa: E402
+from quantgate.runtimes.cpu import cpu_record  # noqa: E402
 from quantgate.stages.quantize.calibration import Calibration  # noqa: E402
-from quantgate.stages.shared.static_graph import static_mode  # noqa: E402
 
 QUANTIZABLE = ["conv2d", "depthwise_conv2d", "conv2d_transpose", "mul", "matmul", "matmul_v2"]
 PHASES = {  # PostTrainingQuantization's steps, timed where both classes run them

@@ -33,16 +33,16 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "benchmarks"), str(REPO / "tests")]
 
-import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle loads)
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
 from outputs import write_results  # noqa: E402
 from trained_models import stored_run  # noqa: E402
 
+import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle loads)
+from quantgate.runtimes.cpu import cpu_record  # noqa: E402
+from quantgate.samples.reading import open_data  # noqa: E402
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, PADDLE2ONNX_INT8_FILE  # noqa: E402
-from quantgate.stages.data.reading import open_data  # noqa: E402
-from quantgate.stages.evaluate.cpu import cpu_record  # noqa: E402
 
 
 def constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:

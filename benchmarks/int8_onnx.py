@@ -17,7 +17,7 @@ runtime's FP32 model, quantgate's INT8 model as that runtime is gated on it, and
   paddle_fp32_onednn         Paddle Inference, oneDNN, FP32 program
   quantgate_int8_paddle      Paddle Inference, oneDNN INT8 passes on the PaddleSlim program
 
-Every model runs through the evaluate stage's own runners (quantgate.stages.evaluate.forms), so the
+Every model runs through the evaluate stage's own runners (quantgate.runtimes.forms), so the
 settings are the ones the gate measured. It writes int8_onnx.json and int8_onnx.md: median and p10-p90
 latency, size, speedup vs the same runtime's FP32, agreement with ort_fp32 (accuracy on digits), the
 INT8 kernels each quantgate model runs, the CPU flags, and the targets. Each variant is compared round
@@ -41,12 +41,12 @@ from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantTy
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
 from quantgate.config import PipelineConfig, QuantizeConfig
-from quantgate.stages.convert.lower_int8 import lower_int8
-from quantgate.stages.convert.onnx_export import to_onnx
-from quantgate.stages.data.reading import StoredData, open_data
+from quantgate.int8.lower_int8 import lower_int8
+from quantgate.int8.onnx_conversion import to_onnx
+from quantgate.runtimes.cpu import cpu_record
+from quantgate.runtimes.forms import ModelForm, library, open_runner
+from quantgate.samples.reading import StoredData, open_data
 from quantgate.stages.data.splits import prepare_data
-from quantgate.stages.evaluate.cpu import cpu_record
-from quantgate.stages.evaluate.forms import ModelForm, library, open_runner
 from quantgate.stages.export.inference_model import export
 from quantgate.stages.quantize.ptq import quantize_with_data
 from quantgate.stages.train.loop import train

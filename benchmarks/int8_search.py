@@ -37,10 +37,10 @@ from sklearn.datasets import load_digits
 
 import quantgate  # noqa: F401  (legacy program format for PaddleSlim, before paddle is imported)
 from quantgate.config import EvaluateConfig, GatePolicy, PipelineConfig, validate_config
+from quantgate.runtimes.latency import measure
 from quantgate.stages.convert.onnx_export import convert
 from quantgate.stages.data import open_data, prepare_data
 from quantgate.stages.evaluate.accuracy import evaluate
-from quantgate.stages.evaluate.latency import measure
 from quantgate.stages.export.inference_model import export
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.quantize.ptq import quantize

@@ -37,17 +37,17 @@ from scipy.stats import binomtest
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "benchmarks"), str(REPO / "tests")]
 
-import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle loads)
 from int8_onnx import paired_ratio, time_variants  # noqa: E402
 from outputs import write_results  # noqa: E402
 from trained_models import build_peers, cpuinfo_int8_flags, stored_run  # noqa: E402
 
-from quantgate.stages.convert.lower_int8 import lower_int8  # noqa: E402
-from quantgate.stages.convert.onnx_ops import runtime_op_counts  # noqa: E402
+import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle loads)
+from quantgate.int8.lower_int8 import lower_int8  # noqa: E402
+from quantgate.int8.onnx_ops import runtime_op_counts  # noqa: E402
+from quantgate.runtimes.cpu import cpu_record  # noqa: E402
+from quantgate.runtimes.forms import ModelForm, open_runner  # noqa: E402
+from quantgate.samples.reading import open_data  # noqa: E402
 from quantgate.stages.convert.outputs import FP32_FILE, PADDLE2ONNX_INT8_FILE  # noqa: E402
-from quantgate.stages.data.reading import open_data  # noqa: E402
-from quantgate.stages.evaluate.cpu import cpu_record  # noqa: E402
-from quantgate.stages.evaluate.forms import ModelForm, open_runner  # noqa: E402
 
 STEPS = (("lowered_plain", {"absorb_affines": False, "hardswish_in_integers": False}),
          ("+ affines", {"absorb_affines": True, "hardswish_in_integers": False, "hardswish_grids": False}),

@@ -30,14 +30,14 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "benchmarks"), str(REPO / "tests")]
 
-import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle loads)
 from support.ocr_samples import cjk_font, paddleocr_models, render_financial_lines, write_label_file  # noqa: E402
 from trained_models import cpuinfo_int8_flags, run_quantgate  # noqa: E402
 
+import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle loads)
 from quantgate.artifacts import RELEASE, ArtifactStore  # noqa: E402
 from quantgate.demo.pages import write_demo_dataset  # noqa: E402
-from quantgate.stages.evaluate.cpu import cpu_record  # noqa: E402
-from quantgate.stages.evaluate.forms import library  # noqa: E402
+from quantgate.runtimes.cpu import cpu_record  # noqa: E402
+from quantgate.runtimes.forms import library  # noqa: E402
 
 RUNTIMES = ("onnxruntime", "openvino")
 PAGE_TRANSFORMS = {"color": "bgr", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}

@@ -26,8 +26,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "benchmarks"), str(REPO / "tests")]
 
-import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle loads)
 from outputs import write_results  # noqa: E402
+
+import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle loads)
 
 EVENT = re.compile(r"^thread\d+::(\S+)\s+(\d+)\s+([\d.]+)\s")  # Paddle's "Event Summary" rows: op, calls, total ms
 FRAMEWORK = ("Executor::Run", "RunPartialPreparedContext", "load_combine")
@@ -40,8 +41,8 @@ def child(form_dir: str, int8: bool, images_file: str, runs: int, threads: int) 
     """Run one program `runs` times under Paddle's profiler; the table is printed when the predictor goes."""
     import paddle.inference as paddle_infer
 
-    from quantgate.stages.evaluate.forms import ModelForm
-    from quantgate.stages.evaluate.runtime_paddle import _config
+    from quantgate.runtimes.forms import ModelForm
+    from quantgate.runtimes.runtime_paddle import _config
 
     config = _config(ModelForm(Path(form_dir), int8, "", ""), threads)
     config.enable_profile()
@@ -115,8 +116,8 @@ def program_ops(form_dir: Path) -> dict:
     """Op types of the FP32 program as Paddle Inference's passes leave it."""
     from collections import Counter
 
-    from quantgate.stages.evaluate.forms import ModelForm
-    from quantgate.stages.evaluate.runtime_paddle import optimized_program
+    from quantgate.runtimes.forms import ModelForm
+    from quantgate.runtimes.runtime_paddle import optimized_program
 
     program = optimized_program(ModelForm(form_dir, False, "", ""))
     counts = Counter(op.type for op in program.blocks[0].ops if op.type not in ("feed", "fetch"))
@@ -142,10 +143,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from trained_models import stored_run
 
-    from quantgate.stages.data.reading import open_data
-    from quantgate.stages.evaluate.cpu import cpu_record
-    from quantgate.stages.evaluate.forms import ModelForm
-    from quantgate.stages.evaluate.runtime_paddle import int8_ops, library
+    from quantgate.runtimes.cpu import cpu_record
+    from quantgate.runtimes.forms import ModelForm
+    from quantgate.runtimes.runtime_paddle import int8_ops, library
+    from quantgate.samples.reading import open_data
 
     run = stored_run(args.store)
     folders = run["folders"]

@@ -42,26 +42,25 @@ import onnxruntime as ort
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "benchmarks"), str(REPO / "tests")]
 
-import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle loads)
 from int8_error_sources import Scorer  # noqa: E402
 from outputs import write_results  # noqa: E402
-from support.ocr_samples import render_financial_lines, write_label_file  # noqa: E402
 from scipy.stats import binomtest  # noqa: E402
+from support.ocr_samples import render_financial_lines, write_label_file  # noqa: E402
 from trained_models import stored_run  # noqa: E402
 
+import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle loads)
 from quantgate.config import QuantizeConfig  # noqa: E402
 from quantgate.data_config import DataConfig  # noqa: E402
+from quantgate.int8.weight_range import WeightBits, onnxruntime_weight_bits  # noqa: E402
+from quantgate.runtimes.cpu import cpu_record  # noqa: E402
+from quantgate.runtimes.forms import ModelForm  # noqa: E402
+from quantgate.runtimes.runtime_openvino import Runner as OpenVinoRunner  # noqa: E402
+from quantgate.samples.reading import open_data  # noqa: E402
 from quantgate.stages.convert.onnx_export import convert  # noqa: E402
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, PADDLE2ONNX_INT8_FILE  # noqa: E402
-from quantgate.stages.convert.weight_range import WeightBits, onnxruntime_weight_bits  # noqa: E402
 from quantgate.stages.data import prepare_data  # noqa: E402
-from quantgate.stages.data.reading import open_data  # noqa: E402
-from quantgate.stages.evaluate.cpu import cpu_record  # noqa: E402
-from quantgate.stages.evaluate.forms import ModelForm  # noqa: E402
-from quantgate.stages.evaluate.runtime_openvino import Runner as OpenVinoRunner  # noqa: E402
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE  # noqa: E402
 from quantgate.stages.quantize.ptq import quantize_with_data  # noqa: E402
-
 
 METRICS = "quantize_metrics.json"  # a variant's quantize metrics, beside its INT8 program
 

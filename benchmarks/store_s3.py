@@ -49,7 +49,7 @@ from support.seaweed import SeaweedServer  # noqa: E402
 
 from quantgate.artifacts.errors import AliasMoved  # noqa: E402
 from quantgate.artifacts.s3.store import CACHE_ENV, S3Store  # noqa: E402
-from quantgate.stages.evaluate.cpu import cpu_record  # noqa: E402
+from quantgate.runtimes.cpu import cpu_record  # noqa: E402
 
 RATIO_TARGET = 1.15
 MOVERS = 4

@@ -6,7 +6,7 @@ Runs `quantgate run --config examples/ocr-digit-strings.yaml` on a fresh store (
 Prefect's server included), then reads the version it made: the evaluate stage's line accuracy, character
 error rate and agreement of FP32 and INT8 in onnxruntime, the model sizes and the train stage's time.
 Latency is measured again at batch 1 and 16 on test lines, in a process of its own
-(stages/evaluate/latency.py, fixed threads), FP32 and INT8 taking turns. Writes text_recognition.json/.md.
+(quantgate/runtimes/latency.py, fixed threads), FP32 and INT8 taking turns. Writes text_recognition.json/.md.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ def run_example(config: Path, store: Path) -> tuple[float, Path]:
 
 def latency(version: Path, threads: int, repeats: int) -> dict:
     """Median ms per call of FP32 and INT8 in onnxruntime at batch 1 and 16, on test lines."""
+    from quantgate.runtimes.latency import measure
     from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE
     from quantgate.stages.data import open_data
-    from quantgate.stages.evaluate.latency import measure
 
     images, _ = open_data(version / "data").array("test", limit=16)
     models = {"fp32": version / "convert" / FP32_FILE, "int8": version / "convert" / INT8_FILE}

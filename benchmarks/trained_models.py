@@ -24,7 +24,7 @@ compares, on the same test inputs the data stage prepared:
   paddle_fp32_onednn       export's FP32 program in Paddle Inference (oneDNN)
   quantgate_int8_paddle    quantize's PaddleSlim INT8 program in Paddle Inference (oneDNN INT8)
 
-Every model runs through the evaluate stage's runners (quantgate.stages.evaluate.forms) and is scored by the
+Every model runs through the evaluate stage's runners (quantgate.runtimes.forms) and is scored by the
 data stage's task (line accuracy, CER for the recognizer; top-1 for the classifier). Latency at batch 1 and
 16 with a fixed thread count, each variant compared round by round with the fastest quantgate INT8 form
 (benchmarks/int8_onnx.py's harness: `their_over_best_quantgate_paired`, above 1 = ours faster). Writes
@@ -48,16 +48,21 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "benchmarks"), str(REPO / "tests")]
 
-import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle loads)
 from int8_onnx import Reader, paired_ratio, time_variants  # noqa: E402
-from support.ocr_samples import (cjk_font, paddleocr_models, render_direction_lines,  # noqa: E402
-                                 render_financial_lines, write_label_file)
+from support.ocr_samples import (  # noqa: E402
+    cjk_font,
+    paddleocr_models,
+    render_direction_lines,
+    render_financial_lines,
+    write_label_file,
+)
 
+import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle loads)
 from quantgate.artifacts import ArtifactStore  # noqa: E402
+from quantgate.runtimes.cpu import cpu_record  # noqa: E402
+from quantgate.runtimes.forms import ModelForm, library, model_forms, open_runner  # noqa: E402
+from quantgate.samples.reading import open_data  # noqa: E402
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, PADDLE2ONNX_INT8_FILE  # noqa: E402
-from quantgate.stages.data.reading import open_data  # noqa: E402
-from quantgate.stages.evaluate.cpu import cpu_record  # noqa: E402
-from quantgate.stages.evaluate.forms import ModelForm, library, model_forms, open_runner  # noqa: E402
 from quantgate.stages.report.runtimes import left_in_float  # noqa: E402
 
 RUNTIMES = ("onnxruntime", "openvino", "paddle_inference")

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from quantgate.artifacts import RELEASE, ArtifactError, ArtifactNotFound, ArtifactStore, StageRef
 from quantgate.flows.code_version import code_digest
+from quantgate.policy.runtimes import listed_runtimes
 from quantgate.stages.data.outputs import FINGERPRINT
 from quantgate.stages.duel import DuelResult, ReleaseModel, duel
 from quantgate.stages.duel import outputs as duel_outputs
 from quantgate.stages.gate import ReleaseDuel
-from quantgate.stages.gate.runtimes import listed_runtimes
 
 RELEASE_PREDICTIONS_CACHE = "release-predictions"  # the store's cache kind of the release's predictions
 DUEL = duel_outputs.STAGE

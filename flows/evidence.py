@@ -10,13 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from quantgate.artifacts import ArtifactError, ArtifactStore, StageRef
-from quantgate.stages.evaluate.outputs import PREDICTIONS_FILE
-from quantgate.stages.gate.runtimes import (
+from quantgate.policy.runtimes import (
     PREDICTIONS_FILE_KEY,
     listed_runtimes,
     primary_runtime,
     runtime_entry,
 )
+from quantgate.stages.evaluate.outputs import PREDICTIONS_FILE
 
 
 def gate_evidence(store: ArtifactStore, evaluated: StageRef) -> tuple[dict, dict[str, Path | None], tuple[str, ...]]:

@@ -51,19 +51,19 @@ from quantgate.flows.tasks import (
 )
 from quantgate.flows.trust import check_trusted_factory, running_from_deployment
 from quantgate.flows.warm_start import resolve_warm_start
+from quantgate.policy.release_duel import release_criteria
+from quantgate.policy.runtimes import RUNTIMES, gate_runtimes, runtime_headlines, with_criterion, with_verdicts
 from quantgate.settings import resolve_store_root
 from quantgate.stages.data.outputs import FINGERPRINT, PREPROCESSING
 from quantgate.stages.evaluate import check_runtimes
 from quantgate.stages.evaluate.outputs import TASK, headline_keys
 from quantgate.stages.gate import Criterion
 from quantgate.stages.gate.outputs import PASSED, RELEASE_DUEL
-from quantgate.stages.gate.release_duel import release_criteria
-from quantgate.stages.gate.runtimes import RUNTIMES, gate_runtimes, runtime_headlines, with_criterion, with_verdicts
-from quantgate.stages.tasks import CLASSIFICATION
 from quantgate.stages.quantize.outputs import SEARCH
 from quantgate.stages.source import check_trained_model
 from quantgate.stages.source.outputs import INPUT_SPEC, ORIGIN, OUTPUT_SPEC, PARAMETERS, TRAINED_HERE
 from quantgate.stages.train.outputs import AMP, ARCHITECTURE, SCALER
+from quantgate.tasks import CLASSIFICATION
 from quantgate.terminal import RUN_LOGGER
 
 

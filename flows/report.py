@@ -8,8 +8,8 @@ from pathlib import Path
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from quantgate.artifacts import VersionRef
+from quantgate.policy.runtimes import INT8_OPS, LIBRARY, PRIMARY_RUNTIME, RUNTIMES, primary_runtime
 from quantgate.stages.evaluate import outputs as headline
-from quantgate.stages.gate.runtimes import INT8_OPS, LIBRARY, PRIMARY_RUNTIME, RUNTIMES, primary_runtime
 from quantgate.stages.report.outputs import REPORT_FILE
 
 # ![alt](file.png): the Prefect UI cannot load files from the store, so images become their paths.

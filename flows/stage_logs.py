@@ -1,9 +1,9 @@
 """Where a stage's lines go: its own `logging` records to the Prefect run, library output to run.log.
 
 Stages log progress (epochs, calibration batches, search trials) with the standard `logging`
-module under `quantgate.stages` and never import Prefect. While a stage task runs, Prefect's own
-API log handler is attached to that logger, so the lines are stored with the task run (and shown
-by `prefect flow-run logs` and the UI).
+module under `quantgate.stages` (the libraries they call under `quantgate.<library>`) and never import
+Prefect. While a stage task runs, Prefect's own API log handler is attached to those loggers, so the
+lines are stored with the task run (and shown by `prefect flow-run logs` and the UI).
 
 What the libraries a stage drives print on file descriptors 1 and 2 (Paddle's C++ logging,
 paddle2onnx, PaddleSlim's progress bars, warnings) is captured while the stage runs and then
@@ -23,9 +23,10 @@ from pathlib import Path
 from prefect.logging.handlers import APILogHandler
 
 from quantgate.artifacts import ArtifactError, ArtifactStore, VersionRef
+from quantgate.layers import WORK_LOGGERS
+from quantgate.progress import running_stage
 from quantgate.terminal import RUN_LOGGER, captured_output, readable, verbose
 
-STAGE_LOGGER = "quantgate.stages"
 LIBRARY_LOGGER = "quantgate.library"  # captured library output, for the Prefect run's logs only
 PREFECT_CHUNK_CHARS = 50_000  # one Prefect log record per chunk: far below its 1 MB record limit
 
@@ -34,18 +35,21 @@ run_lines = logging.getLogger(RUN_LOGGER)
 
 @contextmanager
 def stage_logs_to_prefect(level: int = logging.INFO) -> Iterator[None]:
-    """Send `quantgate.stages.*` records at `level` and above to the current run's logs while inside."""
-    logger = logging.getLogger(STAGE_LOGGER)
+    """Send the stages' and libraries' records (`WORK_LOGGERS`) at `level` and above to the current run's logs
+    while inside."""
     handler = APILogHandler(level=level)
-    previous_level = logger.level
-    if previous_level == logging.NOTSET or previous_level > level:
-        logger.setLevel(level)  # otherwise the root's WARNING would drop progress lines before any handler
-    logger.addHandler(handler)
+    loggers = [logging.getLogger(name) for name in WORK_LOGGERS]
+    previous_levels = [logger.level for logger in loggers]
+    for logger, previous_level in zip(loggers, previous_levels):
+        if previous_level == logging.NOTSET or previous_level > level:
+            logger.setLevel(level)  # otherwise the root's WARNING would drop progress lines before any handler
+        logger.addHandler(handler)
     try:
         yield
     finally:
-        logger.removeHandler(handler)
-        logger.setLevel(previous_level)
+        for logger, previous_level in zip(loggers, previous_levels):
+            logger.removeHandler(handler)
+            logger.setLevel(previous_level)
 
 
 @contextmanager
@@ -57,7 +61,8 @@ def stage_lines(stage: str) -> Iterator[dict]:
     run_lines.info("  %s: running", stage, extra={"live": True})
     started, outcome = time.perf_counter(), {"note": ""}
     try:
-        yield outcome
+        with running_stage(stage):
+            yield outcome
     except BaseException:
         run_lines.info("  %s: FAILED after %.2f s", stage, time.perf_counter() - started)
         raise

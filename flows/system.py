@@ -19,18 +19,17 @@ from quantgate.config import DataConfig, GatePolicy, PipelineConfig
 from quantgate.errors import BadInput
 from quantgate.flows.code_version import code_digest
 from quantgate.flows.tasks import FILE_HASH_STATE, STAGE_TASK, run_stage
+from quantgate.ocr.combos import CLASSIFIER, COMPONENT_TASKS, DETECTOR, RECOGNIZER
+from quantgate.policy.runtimes import RUNTIMES, runtime_headlines, with_criterion
 from quantgate.stages.convert.outputs import FP32_FILE
 from quantgate.stages.data import HashState, prepare_data
 from quantgate.stages.data.outputs import DATASET_FILE
 from quantgate.stages.evaluate.outputs import PADDLE_INFERENCE, headline_keys
 from quantgate.stages.gate.outputs import RELEASE_REGRESSION
-from quantgate.stages.gate.runtimes import RUNTIMES, runtime_headlines, with_criterion
 from quantgate.stages.source.outputs import OUTPUT_SPEC
 from quantgate.stages.system import outputs as out
-from quantgate.stages.system.combos import CLASSIFIER, COMPONENT_TASKS, DETECTOR, RECOGNIZER
-from quantgate.stages.tasks import CLASSIFICATION
 from quantgate.system_config import SystemConfig, split_component
-
+from quantgate.tasks import CLASSIFICATION
 
 COMPONENT_STAGES = ("data", "convert")
 OCR_SYSTEM = out.TASK_NAME
@@ -154,9 +153,8 @@ def pages_config(config: PipelineConfig, detector: ComponentRef) -> DataConfig:
 @task(name="data", **STAGE_TASK)
 def pages_task(store_root: str, version: VersionRef, data: DataConfig, reuse: bool = True) -> StageRef:
     """The pages, every one in the test split (nothing is calibrated or trained here)."""
-    from quantgate.stages.data.locations import data_roots, without_locations
+    from quantgate.stages.data import data_roots, plan_text_boxes, without_locations
     from quantgate.stages.data.outputs import READ_FROM
-    from quantgate.stages.data.text_boxes import plan_text_boxes
 
     plan = []
 
@@ -193,7 +191,7 @@ def system_task(store_root: str, version: VersionRef, system: SystemConfig, part
 def system_evaluate_task(store_root: str, version: VersionRef, config: PipelineConfig, parts: dict, pages: StageRef,
                          reuse: bool = True) -> StageRef:
     """Every FP32/INT8 mix of the system read on the pages in every runtime."""
-    from quantgate.stages.system.evaluate import Component, evaluate_system
+    from quantgate.stages.system import Component, evaluate_system
 
     settings = {"runtimes": list(config.evaluate.runtimes), "threads": config.evaluate.threads,
                 "drop_score": config.system.drop_score, "cls_thresh": config.system.cls_thresh,
@@ -214,9 +212,9 @@ def release_pairs(store: ArtifactStore, model: str, release: str | None, evaluat
                   data_dir: Path) -> dict[str, dict] | None:
     """Per runtime, this version's all-INT8 system against the release's on the pages both read (None: no
     release); a release whose reads cannot be had is recorded as a problem, which fails its criterion."""
-    from quantgate.stages.data.reading import open_data
-    from quantgate.stages.system.gate import paired_release
-    from quantgate.stages.tasks.detection import ground_truth
+    from quantgate.samples.reading import open_data
+    from quantgate.stages.system import paired_release
+    from quantgate.tasks.detection import ground_truth
 
     if release is None:
         return None
@@ -239,7 +237,7 @@ def release_pairs(store: ArtifactStore, model: str, release: str | None, evaluat
 def system_gate_task(store_root: str, version: VersionRef, policy: GatePolicy, evaluate: StageRef, pages: StageRef
                      ) -> StageRef:
     """The system's gate: all-INT8 vs all-FP32 per runtime, and vs the release on the same pages."""
-    from quantgate.stages.system.gate import gate_system
+    from quantgate.stages.system import gate_system
 
     store = open_store(store_root)
     release = store.alias(version.model, RELEASE)
@@ -258,7 +256,7 @@ def system_gate_task(store_root: str, version: VersionRef, policy: GatePolicy, e
 @task(name="report", **STAGE_TASK)
 def system_report_task(store_root: str, version: VersionRef, evaluate: StageRef, gate: StageRef, pages: StageRef,
                        system: StageRef) -> StageRef:
-    from quantgate.stages.system.report import report_system
+    from quantgate.stages.system import report_system
 
     store = open_store(store_root)
     metrics, gate_record = store.read_manifest(evaluate)["metrics"], store.read_manifest(gate)["metrics"]
@@ -293,7 +291,7 @@ def system_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str, 
 def _rejudged(store: ArtifactStore, version: VersionRef, record: dict, refs: dict[str, StageRef],
               policy: GatePolicy, release: str | None) -> dict:
     """`record` judged against `release` as it is now, if the gate saw another (reads are stored: no model runs)."""
-    from quantgate.stages.system.gate import judge_system
+    from quantgate.stages.system import judge_system
 
     judged = ((record["gate"].get("release_duel") or {}).get("version"))
     if record["status"] != "passed" or judged == release:
@@ -364,7 +362,7 @@ def run_system(config: PipelineConfig, root: str, reuse: bool = True) -> tuple[V
 
 def system_decision(store: ArtifactStore, ref: VersionRef, policy: GatePolicy, release: str | None) -> dict:
     """A stored system version decided again under `policy`, against `release` as it is now (`quantgate gate`)."""
-    from quantgate.stages.system.gate import judge_system
+    from quantgate.stages.system import judge_system
 
     evaluated = store.finalized_stage_ref(ref, "evaluate")
     metrics = store.read_manifest(evaluated)["metrics"]

@@ -30,41 +30,48 @@ from quantgate.config import (
     TrainConfig,
 )
 from quantgate.flows.code_version import code_digest
-from quantgate.flows.duel import DUEL, current_release, duel_settings, prediction_cache, release_model, run_duel, stored_duel
+from quantgate.flows.duel import (
+    DUEL,
+    current_release,
+    duel_settings,
+    prediction_cache,
+    release_model,
+    run_duel,
+    stored_duel,
+)
 from quantgate.flows.evidence import gate_evidence
 from quantgate.flows.stage_logs import library_output, stage_lines, stage_logs_to_prefect
 from quantgate.flows.warm_start import INIT_DIGEST, WarmStart, read_init_weights
+from quantgate.int8.lower_int8 import Lowering
+from quantgate.int8.weight_range import WeightBits, onnxruntime_weight_bits
+from quantgate.runtimes.cpu import cpu_record
 from quantgate.stages.convert import convert
-from quantgate.stages.convert.lower_int8 import Lowering
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, OPSET, PADDLE2ONNX_INT8_FILE
-from quantgate.stages.convert.weight_range import WeightBits, onnxruntime_weight_bits
 from quantgate.stages.data import (
     BoxPlan,
     FolderPlan,
     HashState,
     TextPlan,
+    data_roots,
     plan_image_folders,
     plan_text_boxes,
     plan_text_lines,
     prepare_data,
+    without_locations,
 )
-from quantgate.stages.data.locations import data_roots, without_locations
 from quantgate.stages.data.outputs import READ_FROM, SAMPLES_CALIBRATION
+from quantgate.stages.duel.outputs import PAIRED_SAMPLES, PROBLEM, RELEASE_SCORING_S, STATUS
 from quantgate.stages.evaluate import evaluate
-from quantgate.stages.evaluate.cpu import cpu_record
 from quantgate.stages.export import export, export_program
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
-from quantgate.stages.duel.outputs import PAIRED_SAMPLES, PROBLEM, RELEASE_SCORING_S, STATUS
 from quantgate.stages.gate import gate
 from quantgate.stages.quantize import calibration_batches, quantize, search_quantization
 from quantgate.stages.quantize.outputs import SEARCH
 from quantgate.stages.report import report
-from quantgate.stages.source import import_model
-from quantgate.stages.source.checks import CheckedModel
-from quantgate.stages.source.outputs import OUTPUTS as SOURCE_OUTPUTS
 from quantgate.stages.report.outputs import REPORT_FILE
-from quantgate.stages.train import train
-from quantgate.stages.train.checkpoint_state import CheckpointBytes
+from quantgate.stages.source import CheckedModel, import_model
+from quantgate.stages.source.outputs import OUTPUTS as SOURCE_OUTPUTS
+from quantgate.stages.train import CheckpointBytes, train
 from quantgate.stages.train.outputs import (
     AMP,
     ARCHITECTURE,

@@ -107,7 +107,7 @@ def resolve_warm_start(store: ArtifactStore, config: PipelineConfig, resume: str
 def planned_shape(config: PipelineConfig) -> tuple[int, tuple[int, ...]] | None:
     """(classes, input shape) the network will be built for, where the settings alone decide them (the built-in
     digits, text lines with a dictionary, image folders with a fixed size); None where only the data stage knows."""
-    from quantgate.stages.source.checks import expected_classes, expected_input
+    from quantgate.stages.source import expected_classes, expected_input
 
     data = config.data
     if data.dataset == "digits":
@@ -124,8 +124,8 @@ def planned_shape(config: PipelineConfig) -> tuple[int, tuple[int, ...]] | None:
 def _check_fit(store: ArtifactStore, warm: WarmStart, config: PipelineConfig) -> None:
     """Refuse, before the version exists, strict init weights that do not fit the network this run builds,
     where the settings decide its shape (otherwise the train stage checks them before its first step)."""
-    from quantgate.stages.train.models import build_model
-    from quantgate.stages.train.warm_start import state_fit
+    from quantgate.models.models import build_model
+    from quantgate.stages.train import state_fit
 
     planned = planned_shape(config)
     if planned is None:
@@ -147,8 +147,7 @@ def read_init_weights(store: ArtifactStore, warm: WarmStart):
         WarmStartMismatch: the bytes changed since the run resolved them, or are not a state dict.
         ArtifactCorrupt: the version's train stage no longer matches what was committed.
     """
-    from quantgate.stages.train.errors import WarmStartMismatch
-    from quantgate.stages.train.warm_start import InitWeights, read_state_dict
+    from quantgate.stages.train import InitWeights, WarmStartMismatch, read_state_dict
 
     data = _weights_bytes(store, warm.stage) if warm.stage is not None else _file_bytes(Path(warm.path), warm.path)
     if hashlib.sha256(data).hexdigest() != warm.sha256:
@@ -212,8 +211,7 @@ def _weights_bytes(store: ArtifactStore, stage: StageRef) -> bytes:
 
 def _state_dict_file(train: TrainConfig, from_deployment: bool) -> WarmStart:
     """A state-dict file named by train.init_from: readable, and loadable under this run's trust."""
-    from quantgate.stages.train.errors import WarmStartMismatch
-    from quantgate.stages.train.warm_start import PICKLE_SUFFIX, read_state_dict
+    from quantgate.stages.train import PICKLE_SUFFIX, WarmStartMismatch, read_state_dict
 
     path = Path(train.init_from).expanduser().absolute()
     pickle = path.name.endswith(PICKLE_SUFFIX)

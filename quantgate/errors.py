@@ -27,6 +27,11 @@ class BadInput(QuantgateError):
     exit_code = EXIT_BAD_INPUT
 
 
+class StageError(QuantgateError):
+    """A stage could not produce a trustworthy result (the pipeline broke: exit 3); each stage and library that
+    works for a stage defines its own subclasses."""
+
+
 class Rejected(QuantgateError):
     """The release policy said no: the gate failed, or an alias move it governs was refused (exit 1)."""
 

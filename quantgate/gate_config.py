@@ -31,7 +31,7 @@ BY_RUNTIME = "; one number for every runtime, or a map {runtime: number} naming 
 
 
 class GatePolicy(Section):
-    # The thresholds of the criteria judged once per runtime (stages/gate/runtimes.py PER_RUNTIME).
+    # The thresholds of the criteria judged once per runtime (quantgate/policy/runtimes.py PER_RUNTIME).
     PER_RUNTIME: ClassVar[tuple[str, ...]] = (
         "max_accuracy_drop", "max_cer_increase_pts", "max_hmean_drop_pts", "max_e2e_line_drop_pts", "min_agreement",
         "min_int8_accuracy", "min_speedup")

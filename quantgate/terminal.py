@@ -6,7 +6,7 @@ are captured at the descriptor level (`captured_output`): the child processes a 
 inherit the capture too. quantgate's own lines reach the terminal through copies of the original
 descriptors, taken before the capture, by a logging handler on the `quantgate` logger that passes
 only the records meant for the user: stage starts and ends (`quantgate.run`) and progress lines
-(records with `progress` set, see `quantgate.stages.shared.progress`).
+(records with `progress` set, see `quantgate.progress`).
 """
 
 from __future__ import annotations

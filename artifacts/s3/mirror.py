@@ -17,9 +17,9 @@ write local folders. Two rules keep it honest:
 
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
 import shutil
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import locks

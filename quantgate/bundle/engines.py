@@ -1,6 +1,6 @@
 """Running a bundle's model in one runtime, exactly as the evaluate stage ran it when the gate judged it.
 
-The evaluate stage's runners (`stages/evaluate/forms.py`) are the one place that says how each runtime
+The evaluate stage's runners (`quantgate/runtimes/forms.py`) are the one place that says how each runtime
 loads and runs a model (onnxruntime's session options, OpenVINO's static shape and f32 precision,
 Paddle Inference's oneDNN INT8 passes); predict uses them too, with the batch shape and thread count the
 evaluation recorded, so a bundle reproduces the stored predictions. Each library is imported only when
@@ -27,14 +27,14 @@ class RuntimeMissing(BadInput):
 def runtime_installed(runtime: str) -> bool:
     """Whether `runtime`'s Python package can be imported here (found by importlib.util.find_spec; nothing is
     imported). predict asks this before it loads a runtime, and when it picks one itself."""
-    from quantgate.stages.evaluate.forms import PACKAGES
+    from quantgate.runtimes.forms import PACKAGES
 
     return importlib.util.find_spec(PACKAGES[runtime][0]) is not None
 
 
 def missing_package(runtime: str) -> str:
     """What `runtime` needs that is missing here, and how to install it."""
-    from quantgate.stages.evaluate.forms import PACKAGES
+    from quantgate.runtimes.forms import PACKAGES
 
     package, how = PACKAGES[runtime]
     return f"{runtime} needs the Python package {package}, which is not installed here: {how}"
@@ -48,7 +48,7 @@ def load_engine(runtime: str, files: list[Path], precision: str, threads: int,
     Raises:
         RuntimeMissing: the runtime's library is not installed here.
     """
-    from quantgate.stages.evaluate.forms import ModelForm, open_runner
+    from quantgate.runtimes.forms import ModelForm, open_runner
 
     if not runtime_installed(runtime):
         raise RuntimeMissing(f"runtime {missing_package(runtime)}; or choose another of the bundle's runtimes with "

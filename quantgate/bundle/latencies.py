@@ -159,7 +159,7 @@ def _what(record: dict, ranking: Ranking) -> str:
 
 def _where(record: dict) -> str:
     """"median per call, measured on <CPU> [flags] with N threads" and, when this machine's CPU differs, that."""
-    from quantgate.stages.evaluate.cpu import cpu_record
+    from quantgate.runtimes.cpu import cpu_record
 
     measured_on = record.get("measured_on") or {}
     cpu, threads = measured_on.get("cpu"), measured_on.get("threads")

@@ -27,17 +27,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+# An OCR system's components, in pipeline order, and its stage's record (stages/system/).
+from quantgate.ocr.combos import CLASSIFIER, DETECTOR, RECOGNIZER  # noqa: F401
+from quantgate.ocr.combos import COMPONENTS as SYSTEM_COMPONENTS  # noqa: F401
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE
 from quantgate.stages.data.outputs import DICTIONARY_FILE as DATA_DICTIONARY_FILE
 from quantgate.stages.evaluate.outputs import ONNXRUNTIME, OPENVINO, RUNTIME_NAMES
-# An OCR system's components, in pipeline order, and its stage's record (stages/system/).
-from quantgate.stages.system.combos import CLASSIFIER, DETECTOR, RECOGNIZER  # noqa: F401
-from quantgate.stages.system.combos import COMPONENTS as SYSTEM_COMPONENTS  # noqa: F401
 from quantgate.stages.system.outputs import OUTPUTS as SYSTEM_OUTPUTS
 from quantgate.stages.system.outputs import SYSTEM_FILE  # noqa: F401
 from quantgate.stages.system.outputs import TASK_NAME as OCR_SYSTEM
+
 # bundle.json "task" (absent in bundles from before tasks: classification)
-from quantgate.stages.tasks import CLASSIFICATION, TEXT_DETECTION, TEXT_RECOGNITION  # noqa: F401
+from quantgate.tasks import CLASSIFICATION, TEXT_DETECTION, TEXT_RECOGNITION  # noqa: F401
 
 BUNDLE_FILE = "bundle.json"
 MODEL_CARD_MD = "model_card.md"

@@ -19,10 +19,10 @@ from quantgate.bundle.engines import load_engine
 from quantgate.bundle.predict import DEFAULT_BATCH, BadImage, choose_runtime
 from quantgate.bundle.verify import VerifiedBundle
 from quantgate.config import TransformsConfig
-from quantgate.stages.system.crops import reading_order
-from quantgate.stages.tasks.db_postprocess import DBParams
-from quantgate.stages.tasks.det_resize import det_resize_shape, fits_canvas
-from quantgate.stages.tasks.detection import TextDetection
+from quantgate.ocr.crops import reading_order
+from quantgate.tasks.db_postprocess import DBParams
+from quantgate.tasks.det_resize import det_resize_shape, fits_canvas
+from quantgate.tasks.detection import TextDetection
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def read_page(path: Path) -> np.ndarray:
     """
     from PIL import Image
 
-    from quantgate.stages.data.file_hashes import DECODE_ERRORS
+    from quantgate.samples.file_hashes import DECODE_ERRORS
 
     if not path.is_file():
         raise BadImage(f"page {path} {'is not a file' if path.exists() else 'does not exist'}; pass image files")
@@ -105,7 +105,7 @@ def load_page(path: Path, transforms: TransformsConfig) -> tuple[np.ndarray, np.
     Raises:
         BadImage: the file is missing, cannot be decoded, or does not fit the canvas once resized.
     """
-    from quantgate.stages.data.pages import page_pixels
+    from quantgate.samples.pages import page_pixels
 
     page = read_page(path)
     check_page_fits(path, page, transforms)

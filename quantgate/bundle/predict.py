@@ -20,9 +20,9 @@ from quantgate.bundle.layout import MODEL_CARD_JSON, PRECISIONS, TEXT_RECOGNITIO
 from quantgate.bundle.verify import VerifiedBundle
 from quantgate.config import TransformsConfig
 from quantgate.errors import BadInput
-from quantgate.stages.convert.weight_range import onnxruntime_weight_bits
-from quantgate.stages.evaluate.cpu import cpu_record
-from quantgate.stages.tasks.text import TextRecognition
+from quantgate.int8.weight_range import onnxruntime_weight_bits
+from quantgate.runtimes.cpu import cpu_record
+from quantgate.tasks.text import TextRecognition
 
 DEFAULT_BATCH = 64
 
@@ -151,9 +151,9 @@ def load_image(path: Path, transforms: TransformsConfig, input_shape: tuple[int,
     """
     from PIL import Image
 
-    from quantgate.stages.data.file_hashes import DECODE_ERRORS
-    from quantgate.stages.data.image_folders import preprocess
-    from quantgate.stages.data.text_reading import line_pixels
+    from quantgate.samples.file_hashes import DECODE_ERRORS
+    from quantgate.samples.image_folders import preprocess
+    from quantgate.samples.text_reading import line_pixels
 
     if not path.is_file():
         raise BadImage(f"image {path} {'is not a file' if path.exists() else 'does not exist'}; pass image files")

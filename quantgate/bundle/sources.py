@@ -12,11 +12,11 @@ from quantgate.artifacts import ArtifactError, ArtifactStore, VersionRef
 from quantgate.bundle.layout import (
     CLASSIFICATION,
     DICTIONARY_FILE,
-    TEXT_DETECTION,
     KNOWN_RUNTIMES,
     MODELS_BEFORE_MULTI_RUNTIME,
     PRECISIONS,
     SOURCE_KEY,
+    TEXT_DETECTION,
     ModelFile,
     bundle_path,
 )

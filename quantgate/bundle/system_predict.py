@@ -1,5 +1,5 @@
 """Reading pages with an OCR system's bundle: detector -> boxes in reading order -> straightened crops -> (direction
-classifier) -> recognizer, through the system engine (`stages/system/engine.py`) the system's evaluation ran.
+classifier) -> recognizer, through the system engine (`quantgate/ocr/engine.py`) the system's evaluation ran.
 
 The components' specs are built by the same functions the system's evaluation builds them with
 (`stages/system/evaluate.py`), from the bundle's copies of what they read there: each component's preprocessing
@@ -39,7 +39,7 @@ class PageText:
 
 def _component(bundle: VerifiedBundle, role: str):
     """The system evaluation's view of component `role`: its record's keys and the folder of its two models."""
-    from quantgate.stages.system.evaluate import Component
+    from quantgate.ocr.components import Component
 
     entry = bundle.component(role)
     if entry is None:
@@ -59,7 +59,7 @@ def _component(bundle: VerifiedBundle, role: str):
 
 def system_specs(bundle: VerifiedBundle):
     """(DetectorSpec, ClassifierSpec or None, RecognizerSpec) of the bundle's components."""
-    from quantgate.stages.system.evaluate import classifier_spec, detector_spec, recognizer_spec
+    from quantgate.ocr.components import classifier_spec, detector_spec, recognizer_spec
 
     classifier = _component(bundle, CLASSIFIER)
     return (detector_spec(_component(bundle, DETECTOR)),
@@ -78,9 +78,9 @@ def read_pages(bundle: VerifiedBundle, images: Sequence[str], runtime: str | Non
         RuntimeMissing: the runtime's library is not installed.
     """
     from quantgate.bundle.engines import RuntimeMissing
-    from quantgate.stages.evaluate.forms import RuntimeUnavailable
-    from quantgate.stages.system.combos import uniform
-    from quantgate.stages.system.engine import SystemRunner
+    from quantgate.ocr.combos import uniform
+    from quantgate.ocr.engine import SystemRunner
+    from quantgate.runtimes.forms import RuntimeUnavailable
 
     runtime = choose_runtime(bundle, runtime, precision)
     detector, classifier, recognizer = system_specs(bundle)

@@ -23,7 +23,7 @@ from quantgate.bundle.layout import (
     SYSTEM_STAGE,
 )
 from quantgate.bundle.sources import CannotBundle, NotPassed, VersionSources, read_sources, refuse_unless_passed
-from quantgate.stages.system.combos import COMPONENT_TASKS
+from quantgate.ocr.combos import COMPONENT_TASKS
 
 # The system's components, in the order a page passes through them, and the task each must have been gated as.
 REQUIRED = (DETECTOR, RECOGNIZER)

@@ -49,8 +49,8 @@ def handle(args: argparse.Namespace) -> int:
     """
     from quantgate.bundle import open_bundle
     from quantgate.bundle.latencies import pick_runtime
-    from quantgate.bundle.predict import weight_bits_note
     from quantgate.bundle.layout import OCR_SYSTEM, TEXT_DETECTION
+    from quantgate.bundle.predict import weight_bits_note
     from quantgate.errors import BadInput
 
     if args.top_k < 1:

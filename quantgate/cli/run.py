@@ -154,8 +154,7 @@ def check_resume(store, config: PipelineConfig, version: str) -> None:
         ArtifactCorrupt: the checkpoint's manifest is malformed, or its bytes changed since it was written.
     """
     from quantgate.artifacts import ArtifactNotFound, InvalidName
-    from quantgate.stages.train.checkpoint_state import CheckpointBytes, read_state, resume_problems
-    from quantgate.stages.train.errors import ResumeMismatch
+    from quantgate.stages.train import CheckpointBytes, ResumeMismatch, read_state, resume_problems
 
     if config.trained_model is not None:
         raise ConfigError([f"--resume {version} continues a training, and a run with trained_model trains nothing "

@@ -4,5 +4,5 @@ from quantgate.stages.convert.outputs import OUTPUTS as OUTPUTS
 from quantgate.stages.shared.lazy import lazy_exports
 
 __getattr__, __all__ = lazy_exports(__name__, {
-    "ConversionError": "errors", "ConvertResult": "onnx_export", "convert": "onnx_export", "to_onnx": "onnx_export",
+    "ConversionError": "quantgate.int8.errors", "ConvertResult": "onnx_export", "convert": "onnx_export", "to_onnx": "quantgate.int8.onnx_conversion",
 })

@@ -3,19 +3,17 @@ INT8 one is lowered to the integer form onnxruntime runs fast (see lower_int8)."
 
 from __future__ import annotations
 
-import contextlib
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
 import paddle2onnx
 
-from quantgate.stages.convert.errors import ConversionError
-from quantgate.stages.convert.lower_int8 import lower_int8
-from quantgate.stages.convert.onnx_ops import integer_op_counts, runtime_op_counts
+from quantgate.int8.lower_int8 import lower_int8
+from quantgate.int8.onnx_conversion import to_onnx
+from quantgate.int8.onnx_ops import integer_op_counts, runtime_op_counts
+from quantgate.int8.weight_range import WeightBits
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, OPSET, PADDLE2ONNX_INT8_FILE
-from quantgate.stages.convert.weight_range import WeightBits
 
 
 @dataclass(frozen=True)
@@ -24,29 +22,6 @@ class ConvertResult:
     int8_file: str
     paddle2onnx_int8_file: str
     metrics: dict
-
-
-def to_onnx(model_file: Path, params_file: Path, onnx_file: Path) -> dict:
-    """Convert one Paddle inference model and return facts about the ONNX graph.
-
-    Raises:
-        ConversionError: paddle2onnx failed or the result does not pass onnx.checker.
-    """
-    log = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(log):
-            paddle2onnx.export(
-                str(model_file), str(params_file), save_file=str(onnx_file), opset_version=OPSET,
-                enable_onnx_checker=True,
-            )
-        onnx.checker.check_model(str(onnx_file), full_check=True)
-    except Exception as exc:  # paddle2onnx raises bare RuntimeErrors from C++
-        raise ConversionError(f"paddle2onnx could not convert {model_file.name}: {exc}\n{log.getvalue()}") from exc
-    graph = onnx.load(str(onnx_file)).graph
-    ops: dict[str, int] = {}
-    for node in graph.node:
-        ops[node.op_type] = ops.get(node.op_type, 0) + 1
-    return {"bytes": onnx_file.stat().st_size, "nodes": len(graph.node), "ops": dict(sorted(ops.items()))}
 
 
 def convert(fp32_dir: Path, int8_dir: Path, model_file: str, params_file: str, out_dir: Path,

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from quantgate.errors import clipped
-from quantgate.stages.data.errors import BadTextBoxes, BadTextLines
-from quantgate.stages.data.text_labels import SHOWN_PROBLEMS, read_utf8_lines
-from quantgate.stages.tasks.det_metrics import IGNORED_TRANSCRIPTIONS  # PaddleOCR's "don't care" marks
+from quantgate.samples.errors import BadTextBoxes, BadTextLines
+from quantgate.samples.text_labels import SHOWN_PROBLEMS, read_utf8_lines
+from quantgate.tasks.det_metrics import IGNORED_TRANSCRIPTIONS  # PaddleOCR's "don't care" marks
 
 INSIDE_TOLERANCE_PX = 1.0  # annotation tools round points outward; one pixel past the edge is still the page
 WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")

@@ -17,11 +17,11 @@ from sklearn.datasets import load_digits
 
 from quantgate.config import DataConfig
 from quantgate.data_config import digit_layout
-from quantgate.stages.data.errors import BadTextLines
+from quantgate.samples.errors import BadTextLines
+from quantgate.samples.text_labels import read_dictionary
+from quantgate.samples.text_reading import normalized
 from quantgate.stages.data.stratify import SPLIT_NAMES, split_indices
-from quantgate.stages.data.text_labels import read_dictionary
-from quantgate.stages.data.text_reading import normalized
-from quantgate.stages.tasks.text import encode
+from quantgate.tasks.text import encode
 
 DIGITS = tuple("0123456789")
 BACKGROUND_NOTE = "0 (the dark background: digit_strings are bright ink on a dark ground, as scikit-learn's digits; " \

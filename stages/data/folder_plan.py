@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from quantgate.config import DataConfig
-from quantgate.stages.data.errors import DataError
-from quantgate.stages.data.file_hashes import FileFacts, HashState, scan_files
-from quantgate.stages.data.file_table import FileRow, content_sha256, relative_files
-from quantgate.stages.data.image_folders import find_images, output_shape
+from quantgate.samples.errors import DataError
+from quantgate.samples.file_hashes import FileFacts, HashState, scan_files
+from quantgate.samples.file_table import FileRow, content_sha256, relative_files
+from quantgate.samples.image_folders import find_images, output_shape
 from quantgate.stages.data.locations import data_roots
 from quantgate.stages.data.stratify import (
     SPLIT_NAMES,

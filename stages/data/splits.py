@@ -19,11 +19,11 @@ import numpy as np
 from sklearn.datasets import load_digits
 
 from quantgate.config import BOX_DATASETS, FILE_DATASETS, TEXT_DATASETS, DataConfig, TransformsConfig
-from quantgate.stages.data.augment import augmentation_record
-from quantgate.stages.data.errors import DataError
-from quantgate.stages.data.file_table import content_fingerprint, write_table
+from quantgate.samples.augment import augmentation_record
+from quantgate.samples.errors import DataError
+from quantgate.samples.file_table import content_fingerprint, write_table
+from quantgate.samples.image_folders import preprocessing_record
 from quantgate.stages.data.folder_plan import FolderPlan, plan_image_folders
-from quantgate.stages.data.image_folders import preprocessing_record
 from quantgate.stages.data.outputs import DATASET_FILE, SPLIT_RULE, SPLITS_FILE, TABLE_FILE
 from quantgate.stages.data.stratify import SPLIT_NAMES, check_every_class, split_indices, split_rule
 from quantgate.stages.data.text_lines import TextPlan, plan_text_lines
@@ -131,7 +131,7 @@ def _prepare_text(config: DataConfig, out_dir: Path, plan: TextPlan | None, trai
 
 
 def _prepare_boxes(config: DataConfig, out_dir: Path, plan: BoxPlan | None, training: bool) -> dict:
-    from quantgate.stages.data.pages import prepare_text_boxes  # OpenCV: only for detection datasets
+    from quantgate.stages.data.page_splits import prepare_text_boxes  # OpenCV: only for detection datasets
     from quantgate.stages.data.text_boxes import plan_text_boxes
 
     spec, metrics = prepare_text_boxes(config, out_dir, plan or plan_text_boxes(config, training=training))

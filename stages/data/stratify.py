@@ -8,7 +8,7 @@ import numpy as np
 from sklearn.model_selection import train_test_split
 
 from quantgate.config import DataConfig
-from quantgate.stages.data.errors import DataError
+from quantgate.samples.errors import DataError
 
 SPLIT_NAMES = ("train", "calibration", "validation", "test")
 

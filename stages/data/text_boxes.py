@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantgate.config import DataConfig
+from quantgate.samples.errors import BadTextBoxes
+from quantgate.samples.file_hashes import FileFacts, HashState, scan_files
+from quantgate.samples.file_table import FileRow, content_sha256
+from quantgate.samples.text_labels import SHOWN_PROBLEMS
 from quantgate.stages.data.det_labels import BoxLine, check_inside, read_box_label_file
-from quantgate.stages.data.errors import BadTextBoxes
-from quantgate.stages.data.file_hashes import FileFacts, HashState, scan_files
-from quantgate.stages.data.file_table import FileRow, content_sha256
 from quantgate.stages.data.locations import data_roots
 from quantgate.stages.data.stratify import SPLIT_NAMES, plain_split
-from quantgate.stages.data.text_labels import SHOWN_PROBLEMS
-from quantgate.stages.tasks.det_resize import det_resize_shape
+from quantgate.tasks.det_resize import det_resize_shape
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantgate.config import DataConfig
-from quantgate.stages.data.errors import BadTextLines
-from quantgate.stages.data.file_hashes import FileFacts, HashState, scan_files
-from quantgate.stages.data.file_table import FileRow, content_sha256, relative_files
-from quantgate.stages.data.locations import data_roots
-from quantgate.stages.data.stratify import SPLIT_NAMES, plain_split
-from quantgate.stages.data.text_labels import (
+from quantgate.samples.errors import BadTextLines
+from quantgate.samples.file_hashes import FileFacts, HashState, scan_files
+from quantgate.samples.file_table import FileRow, content_sha256, relative_files
+from quantgate.samples.text_labels import (
     SHOWN_PROBLEMS,
     LabelLine,
     describe_unknown,
@@ -30,7 +28,9 @@ from quantgate.stages.data.text_labels import (
     read_label_file,
     unknown_characters,
 )
-from quantgate.stages.data.text_reading import resized_width
+from quantgate.samples.text_reading import resized_width
+from quantgate.stages.data.locations import data_roots
+from quantgate.stages.data.stratify import SPLIT_NAMES, plain_split
 
 TRAINING_DICTIONARY = "the dictionary built from the training split's labels"
 

@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 
 from quantgate.config import DataConfig, TransformsConfig
-from quantgate.stages.data.augment import augmentation_record
+from quantgate.samples.augment import augmentation_record
+from quantgate.samples.file_table import content_fingerprint, write_table
+from quantgate.samples.text_reading import text_preprocessing_record
 from quantgate.stages.data.digit_strings import BACKGROUND_NOTE, line_counts, make_digit_strings
-from quantgate.stages.data.file_table import content_fingerprint, write_table
 from quantgate.stages.data.outputs import (
     DICTIONARY_FILE,
     MAX_TEXT_LENGTH,
@@ -27,7 +28,6 @@ from quantgate.stages.data.outputs import (
 )
 from quantgate.stages.data.stratify import SPLIT_NAMES
 from quantgate.stages.data.text_lines import TextPlan
-from quantgate.stages.data.text_reading import text_preprocessing_record
 from quantgate.stages.shared.digests import arrays_sha256
 
 TEXT_RECOGNITION = "text_recognition"

@@ -1,7 +1,7 @@
 """Duel stage: the current release (the champion) and this version (the challenger) on the same test samples.
 
 The samples are this version's test split less every sample either version trained, calibrated or
-validated on (by content: stages/data/sample_ids.py). The release's INT8 predictions on them come, in
+validated on (by content: quantgate/samples/sample_ids.py). The release's INT8 predictions on them come, in
 this order, from the release's own stored evaluation when it holds every one of those samples (its
 predictions name their samples), from the release-predictions cache, or from running the release's
 model now with its own pre-processing; this version's come from its evaluation. The gate judges the
@@ -21,17 +21,22 @@ from typing import Protocol
 
 import numpy as np
 
+from quantgate.policy.release_duel import paired_numbers
+from quantgate.runtimes.forms import library
+from quantgate.samples.reading import StoredData, open_data
+from quantgate.samples.sample_ids import sample_ids, sample_sources, seen_sources
 from quantgate.stages.data.outputs import FINGERPRINT
-from quantgate.stages.data.reading import StoredData, open_data
-from quantgate.stages.data.sample_ids import sample_ids, sample_sources, seen_sources
 from quantgate.stages.duel import outputs as out
 from quantgate.stages.duel.scoring import ReleaseIncomparable, model_files_digest, preprocessing_of, score_release
-from quantgate.stages.evaluate.forms import library
-from quantgate.stages.evaluate.outputs import PREDICTIONS_FILE_KEY, PRIMARY_RUNTIME, SAMPLE_IDS
+from quantgate.stages.evaluate.outputs import (
+    PREDICTIONS_FILE_KEY,
+    PRIMARY_RUNTIME,
+    SAMPLE_IDS,
+    primary_runtime,
+    runtime_predictions_file,
+)
 from quantgate.stages.evaluate.outputs import RUNTIMES as EVALUATED_RUNTIMES
-from quantgate.stages.evaluate.outputs import primary_runtime, runtime_predictions_file
-from quantgate.stages.tasks import CLASSIFICATION, TEXT_RECOGNITION, scorer
-from quantgate.stages.tasks.text import character_error_rate_pct
+from quantgate.tasks import CLASSIFICATION
 
 log = logging.getLogger(__name__)
 TEST = "test"
@@ -180,28 +185,6 @@ def _candidate_predictions(evaluate_dir: Path, evaluation: dict, runtime: str) -
             return stored["int8_pred"]
     except (OSError, ValueError, KeyError) as exc:
         raise ReleaseIncomparable(f"this version's evaluation has no readable {runtime} predictions ({exc})") from exc
-
-
-def paired_numbers(references: np.ndarray, release_pred: np.ndarray, candidate_pred: np.ndarray,
-                   task: str) -> dict:
-    """Both models' accuracy (`task`'s: top-1, line accuracy or hmean) on the paired samples and the regression;
-    for text also both CERs (None without samples)."""
-    text = task == TEXT_RECOGNITION
-    if not len(references):
-        keys = (out.RELEASE_INT8_TOP1, out.CANDIDATE_INT8_TOP1, out.REGRESSION)
-        return dict.fromkeys((*keys, *((out.RELEASE_INT8_CER, out.CANDIDATE_INT8_CER, out.CER_INCREASE)
-                                       if text else ())))
-    scoring = scorer(task)
-    release_acc = scoring.scores(references, release_pred)["top1_pct"]
-    candidate_acc = scoring.scores(references, candidate_pred)["top1_pct"]
-    numbers = {out.RELEASE_INT8_TOP1: release_acc, out.CANDIDATE_INT8_TOP1: candidate_acc,
-               out.REGRESSION: release_acc - candidate_acc}
-    if text:
-        release_cer = character_error_rate_pct(references, release_pred)
-        candidate_cer = character_error_rate_pct(references, candidate_pred)
-        numbers.update({out.RELEASE_INT8_CER: release_cer, out.CANDIDATE_INT8_CER: candidate_cer,
-                        out.CER_INCREASE: candidate_cer - release_cer})
-    return numbers
 
 
 def duel(release: ReleaseModel, data_dir: Path, evaluate_dir: Path, evaluation: dict, runtimes: tuple[str, ...],

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
+from quantgate.errors import StageError
+from quantgate.progress import Progress
+from quantgate.runtimes.forms import RuntimeUnavailable, check_runtimes, library, model_forms, open_runner
+from quantgate.samples.reading import StoredData
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE
-from quantgate.stages.data.reading import StoredData
-from quantgate.stages.evaluate.forms import RuntimeUnavailable, check_runtimes, library, model_forms, open_runner
-from quantgate.stages.shared.errors import StageError
-from quantgate.stages.shared.progress import Progress
-from quantgate.stages.tasks import task_of
+from quantgate.tasks import task_of
 
 log = logging.getLogger(__name__)
 TEST = "test"

@@ -6,5 +6,6 @@ from quantgate.stages.shared.lazy import lazy_exports
 
 __getattr__, __all__ = lazy_exports(__name__, {
     "EvaluateResult": "accuracy", "evaluate": "accuracy", "NoInt8Kernels": "accuracy",
-    "RuntimeUnavailable": "forms", "check_runtimes": "forms", "cpu_record": "cpu",
+    "RuntimeUnavailable": "quantgate.runtimes.forms", "check_runtimes": "quantgate.runtimes.forms",
+    "cpu_record": "quantgate.runtimes.cpu",
 })

@@ -11,13 +11,15 @@ from pathlib import Path
 import numpy as np
 
 from quantgate.config import EvaluateConfig
-from quantgate.stages.data.reading import StoredData, open_data
-from quantgate.stages.data.sample_ids import sample_ids
-from quantgate.stages.evaluate.cpu import cpu_record
+from quantgate.errors import StageError
+from quantgate.progress import Progress
+from quantgate.runtimes.cpu import cpu_record
+from quantgate.runtimes.forms import ModelForm, Runner, check_runtimes, library, model_forms, open_runner
+from quantgate.runtimes.latency import measure_forms
+from quantgate.runtimes.ort_forms import onnxruntime_int8_form
+from quantgate.samples.reading import StoredData, open_data
+from quantgate.samples.sample_ids import sample_ids
 from quantgate.stages.evaluate.float_layers import float_layers_record
-from quantgate.stages.evaluate.forms import ModelForm, Runner, check_runtimes, library, model_forms, open_runner
-from quantgate.stages.evaluate.latency import measure_forms
-from quantgate.stages.evaluate.ort_forms import onnxruntime_int8_form
 from quantgate.stages.evaluate.outputs import (
     CHARACTER_ERRORS_FILE,
     INT8_FLOAT_LAYERS,
@@ -28,9 +30,7 @@ from quantgate.stages.evaluate.outputs import (
     runtime_predictions_file,
 )
 from quantgate.stages.evaluate.summary import PADDLE2ONNX_INT8, Measured, stage_metrics
-from quantgate.stages.shared.errors import StageError
-from quantgate.stages.shared.progress import Progress
-from quantgate.stages.tasks.text import TextRecognition, character_errors
+from quantgate.tasks.text import TextRecognition, character_errors
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2
         if float_layers is not None:
             details[ONNXRUNTIME][INT8_FLOAT_LAYERS] = float_layers
     # With openvino listed the test split is decoded in this process: DataLoader workers exiting while OpenVINO
-    # models are compiled here crashed it (Paddle's SIGCHLD handler; see stages/data/reading.py).
+    # models are compiled here crashed it (Paddle's SIGCHLD handler; see quantgate/samples/reading.py).
     workers = 0 if OPENVINO in runtimes else num_workers
     task, labels, ids = data.task, data.references("test"), sample_ids(data, "test")
     logits, predictions_by_model = predict_split(runners, data, "test", config.batch_size, workers)

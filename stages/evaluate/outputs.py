@@ -12,7 +12,7 @@ RUNTIME_NAMES = (ONNXRUNTIME, OPENVINO, PADDLE_INFERENCE)  # the values evaluate
 PREDICTIONS_FILE = "predictions.npz"  # the primary runtime's
 SAMPLE_IDS = "sample_ids"  # in every predictions file: which raw sample each test row is (evaluations since issue 27)
 # onnxruntime's INT8 model with uint8 weights, so QLinearConv takes MLAS's quantized GEMM (AMX) instead of
-# ConvSym; written only on CPUs with AMX, where the faster of the two is evaluated (stages/evaluate/ort_forms.py).
+# ConvSym; written only on CPUs with AMX, where the faster of the two is evaluated (quantgate/runtimes/ort_forms.py).
 QGEMM_INT8_FILE = "int8_qgemm.onnx"
 
 FP32_TOP1 = "fp32_top1_pct"
@@ -99,7 +99,7 @@ OUTPUTS = StageOutputs(
     stage="evaluate",
     description="FP32 vs INT8 on the test split in each listed runtime: top-1 (line accuracy and CER for text), "
     "agreement, per-class, latency (at the evaluated batch and at batch 1), sizes, INT8 kernels",
-    # labels, fp32_pred, int8_pred: int64 classes, or unicode strings for text; sample_ids (stages/data/sample_ids.py)
+    # labels, fp32_pred, int8_pred: int64 classes, or unicode strings for text; sample_ids (quantgate/samples/sample_ids.py)
     files=(PREDICTIONS_FILE,),
     # onnxruntime, when listed, is always the primary runtime: it never has a file of its own name
     optional_files=(*(runtime_predictions_file(name, ONNXRUNTIME) for name in RUNTIME_NAMES if name != ONNXRUNTIME),

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import paddle
 
-from quantgate.stages.data.reading import open_data
+from quantgate.errors import StageError
+from quantgate.int8.static_graph import load_program, persistable_dtypes, static_mode
+from quantgate.models.models import DEFAULT_NECK, build_model, load_weights
+from quantgate.samples.reading import open_data
 from quantgate.stages.export.outputs import MODEL_FILE, MODEL_PREFIX, PARAMS_FILE
-from quantgate.stages.shared.errors import StageError
-from quantgate.stages.shared.static_graph import load_program, persistable_dtypes, static_mode
-from quantgate.stages.train.models import DEFAULT_NECK, build_model, load_weights
 
 INPUT_NAME = "x"
 MAX_ABS_DIFF = 1e-4

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from quantgate.stages.data.reading import open_data
+from quantgate.int8.static_graph import load_program, persistable_dtypes, static_mode
+from quantgate.samples.reading import open_data
 from quantgate.stages.export.inference_model import (
     ExportMismatch,
     ExportResult,
@@ -20,7 +21,6 @@ from quantgate.stages.export.inference_model import (
     require_legacy_format,
 )
 from quantgate.stages.export.outputs import MODEL_FILE, MODEL_PREFIX, PARAMS_FILE, REFERENCE_OUTPUTS_FILE
-from quantgate.stages.shared.static_graph import load_program, persistable_dtypes, static_mode
 from quantgate.stages.source.outputs import MODEL_FILE as SOURCE_MODEL_FILE
 from quantgate.stages.source.outputs import PARAMS_FILE as SOURCE_PARAMS_FILE
 

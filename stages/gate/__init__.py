@@ -4,6 +4,6 @@ from quantgate.stages.gate.outputs import OUTPUTS as OUTPUTS
 from quantgate.stages.shared.lazy import lazy_exports
 
 __getattr__, __all__ = lazy_exports(__name__, {
-    "Criterion": "decision", "GateDecision": "decision", "ReleaseDuel": "release_duel", "decide": "decision",
+    "Criterion": "decision", "GateDecision": "decision", "ReleaseDuel": "decision", "decide": "decision",
     "gate": "decision",
 })

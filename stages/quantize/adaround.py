@@ -29,10 +29,17 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from quantgate.stages.quantize.quantized_weights import (Layer, array, code_range, grid_factor, is_nearest,
-                                                          quantized_layers, weight_arrays)
-from quantgate.stages.shared.progress import Progress
-from quantgate.stages.shared.static_graph import LoadedProgram
+from quantgate.int8.static_graph import LoadedProgram
+from quantgate.progress import Progress
+from quantgate.stages.quantize.quantized_weights import (
+    Layer,
+    array,
+    code_range,
+    grid_factor,
+    is_nearest,
+    quantized_layers,
+    weight_arrays,
+)
 
 log = logging.getLogger(__name__)
 

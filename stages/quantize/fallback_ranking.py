@@ -14,14 +14,14 @@ import time
 from pathlib import Path
 
 from quantgate.config import QuantizeConfig, QuantizeRecipe
-from quantgate.stages.convert.onnx_export import to_onnx
-from quantgate.stages.convert.paddle_quantization import quantized_layers
+from quantgate.errors import StageError
+from quantgate.int8.onnx_conversion import to_onnx
+from quantgate.int8.paddle_quantization import quantized_layers
+from quantgate.progress import live
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.quantize.layer_sensitivity import FallbackEstimator, float_weights, lowered_model, rank_layers
 from quantgate.stages.quantize.trials import Trial, TrialRunner, content_digest
 from quantgate.stages.quantize.validation_check import policy_failures
-from quantgate.stages.shared.errors import StageError
-from quantgate.stages.shared.progress import live
 
 log = logging.getLogger(__name__)
 

@@ -25,12 +25,12 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
-from quantgate.stages.convert.lower_int8 import Lowering, lower_int8, lower_int8_model
-from quantgate.stages.convert.onnx_export import to_onnx
-from quantgate.stages.convert.paddle_quantization import LAYER_OPS, paddle_program_scales
+from quantgate.int8.lower_int8 import Lowering, lower_int8, lower_int8_model
+from quantgate.int8.onnx_conversion import to_onnx
+from quantgate.int8.paddle_quantization import LAYER_OPS, paddle_program_scales
+from quantgate.progress import live
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.quantize.validation_check import ValidationCheck
-from quantgate.stages.shared.progress import live
 
 log = logging.getLogger(__name__)
 

@@ -19,16 +19,15 @@ import paddle
 from paddle.static.quantization import PostTrainingQuantization
 
 from quantgate.config import QuantizeConfig
-from quantgate.errors import BadInput
-from quantgate.stages.data.reading import StoredData, open_data
+from quantgate.errors import BadInput, StageError
+from quantgate.int8.static_graph import load_program, op_counts, static_mode
+from quantgate.progress import Progress
+from quantgate.samples.reading import StoredData, open_data
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE  # the INT8 model keeps the FP32 file names
 from quantgate.stages.quantize.adaround import adaround, save
 from quantgate.stages.quantize.calibration import STATISTIC_ALGOS, Calibration, Statistics
 from quantgate.stages.quantize.equalization import depthwise_inputs, equalized_copy
 from quantgate.stages.quantize.quantized_weights import round_weights_to_bits
-from quantgate.stages.shared.errors import StageError
-from quantgate.stages.shared.progress import Progress
-from quantgate.stages.shared.static_graph import load_program, op_counts, static_mode
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import paddle
 
-from quantgate.stages.shared.static_graph import LoadedProgram
+from quantgate.int8.static_graph import LoadedProgram
 
 LAYER_TYPES = {"conv2d": ("Input", "Filter", "Output"), "depthwise_conv2d": ("Input", "Filter", "Output"),
                "matmul_v2": ("X", "Y", "Out")}

@@ -44,7 +44,8 @@ import tempfile
 from pathlib import Path
 
 from quantgate.config import EvaluateConfig, GatePolicy, QuantizeConfig, QuantizeRecipe
-from quantgate.stages.convert.lower_int8 import Lowering
+from quantgate.errors import StageError
+from quantgate.int8.lower_int8 import Lowering
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.quantize.fallback_ranking import FallbackRanking
 from quantgate.stages.quantize.outputs import SEARCH
@@ -63,7 +64,6 @@ from quantgate.stages.quantize.trials import (
     closest_to_fp32,
     kept_trial,
 )
-from quantgate.stages.shared.errors import StageError
 
 log = logging.getLogger(__name__)
 

@@ -27,16 +27,16 @@ from pathlib import Path
 from typing import Protocol
 
 from quantgate.config import EvaluateConfig, GatePolicy, QuantizeConfig, QuantizeRecipe
-from quantgate.stages.convert.lower_int8 import Lowering
-from quantgate.stages.convert.onnx_export import to_onnx
-from quantgate.stages.data.reading import open_data
-from quantgate.stages.evaluate.latency import measure
+from quantgate.int8.lower_int8 import Lowering
+from quantgate.int8.onnx_conversion import to_onnx
+from quantgate.progress import live
+from quantgate.runtimes.latency import measure
+from quantgate.samples.reading import open_data
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.quantize.calibration import STATISTIC_ALGOS, Statistics
 from quantgate.stages.quantize.layer_sensitivity import lowered_model
 from quantgate.stages.quantize.ptq import QuantizationError, calibration_batches, calibration_rows, quantize_with_data
 from quantgate.stages.quantize.validation_check import ValidationCheck, policy_failures
-from quantgate.stages.shared.progress import live
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 
 from quantgate.config import GatePolicy
-from quantgate.stages.data.reading import StoredData
-from quantgate.stages.evaluate.latency import session
+from quantgate.policy.decision import decide
+from quantgate.runtimes.latency import session
+from quantgate.samples.reading import StoredData
 from quantgate.stages.evaluate.outputs import TASK
-from quantgate.stages.gate.decision import decide
 
 # The gate's criteria that a validation split can answer; the rest (bootstrap interval on the test
 # split, regression against the release, staleness) belong to the gate alone. cer_increase_pts is

@@ -6,17 +6,17 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from quantgate.stages.data.reading import StoredData
+from quantgate.pictures.fonts import choose_font, glyph_warnings_counted
+from quantgate.samples.reading import StoredData
 from quantgate.stages.report.confusion import confusion_markdown, confusion_plot
 from quantgate.stages.report.disagreements import cell, disagreement_lines, disagreements, draw_gallery
-from quantgate.stages.report.fonts import choose_font, glyph_warnings_counted
 from quantgate.stages.report.gallery import classification_gallery
 from quantgate.stages.report.outputs import CONFUSION_PLOT, GALLERY_SIZE, PER_CLASS_PLOT, PLOTS
 from quantgate.stages.report.plots import per_class_plot
 from quantgate.stages.report.predictions import Predictions
 from quantgate.stages.report.sections import TaskSections
-from quantgate.stages.tasks import CLASSIFICATION
-from quantgate.stages.tasks.classification import confusion_matrix
+from quantgate.tasks import CLASSIFICATION
+from quantgate.tasks.classification import confusion_matrix
 
 
 def _num(value, spec: str) -> str:

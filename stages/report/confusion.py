@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from quantgate.stages.report.fonts import FontChoice
+from quantgate.pictures.fonts import FontChoice
 
 DPI = 110
 TABLE_CLASSES = 12  # up to this many classes the whole matrix is a table; beyond, the top confusions are

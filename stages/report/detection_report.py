@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from quantgate.stages.data.reading import StoredData
-from quantgate.stages.report.fonts import choose_font
+from quantgate.pictures.fonts import choose_font
+from quantgate.pictures.page_picture import draw_page
+from quantgate.samples.reading import StoredData
 from quantgate.stages.report.predictions import Predictions, files_of
 from quantgate.stages.report.sections import TaskSections
-from quantgate.stages.system.page_picture import draw_page
-from quantgate.stages.tasks.det_metrics import is_ignored, match_page
-from quantgate.stages.tasks.detection import boxes, ground_truth
+from quantgate.tasks.det_metrics import is_ignored, match_page
+from quantgate.tasks.detection import boxes, ground_truth
 
 PAGES_SHOWN = 4  # the pages where INT8 and FP32 differ most are drawn, at most this many
 PAGE_PLOT = "page_{number}.png"

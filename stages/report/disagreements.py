@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from quantgate.stages.data.reading import StoredData
-from quantgate.stages.report.fonts import FontChoice
+from quantgate.pictures.fonts import FontChoice
+from quantgate.samples.reading import StoredData
 from quantgate.stages.report.gallery import GalleryItem
 from quantgate.stages.report.outputs import DISAGREEMENTS_PLOT
 from quantgate.stages.report.predictions import Predictions, files_of, images_of

@@ -1,6 +1,6 @@
 """The report stage's error: what it was given does not fit together."""
 
-from quantgate.stages.shared.errors import StageError
+from quantgate.errors import StageError
 
 
 class ReportError(StageError):

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from quantgate.stages.report.fonts import FontChoice
+from quantgate.pictures.fonts import FontChoice
 
 DPI = 110
 RIGHT, WRONG, TRUTH = "#2E7D32", "#C62828", "0.15"

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantgate.stages.data.reading import open_data
+from quantgate.samples.reading import open_data
 from quantgate.stages.evaluate.outputs import (
     ACCURACY_METRIC,
     CER_INCREASE,
@@ -28,11 +28,10 @@ from quantgate.stages.report.outputs import DISAGREEMENTS, FONT, REPORT_FILE, RU
 from quantgate.stages.report.plots import runtimes_plot, training_plot
 from quantgate.stages.report.predictions import TEST_SPLIT, read_predictions
 from quantgate.stages.report.release_section import release_sections
-from quantgate.stages.report.runtimes import (cpu_line, latency_by_runtime, primary_of, runtimes_table,
-                                               slower_int8_lines)
+from quantgate.stages.report.runtimes import cpu_line, latency_by_runtime, primary_of, runtimes_table, slower_int8_lines
 from quantgate.stages.report.sections import TaskSections
 from quantgate.stages.report.text_report import text_sections
-from quantgate.stages.tasks import TEXT_DETECTION, TEXT_RECOGNITION, task_of
+from quantgate.tasks import TEXT_DETECTION, TEXT_RECOGNITION, task_of
 
 
 @dataclass(frozen=True)

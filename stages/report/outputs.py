@@ -6,7 +6,7 @@ runtimes plot for a version evaluated in one runtime only.
 """
 
 from quantgate.stages.shared.outputs import StageOutputs
-from quantgate.stages.tasks import CLASSIFICATION, TEXT_RECOGNITION
+from quantgate.tasks import CLASSIFICATION, TEXT_RECOGNITION
 
 REPORT_FILE = "report.md"
 TRAINING_PLOT = "training.png"

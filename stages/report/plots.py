@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from quantgate.stages.report.fonts import FontChoice
+from quantgate.pictures.fonts import FontChoice
 
 DPI = 110
 FP32_COLOR, INT8_COLOR = "#4C72B0", "#DD8452"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from quantgate.stages.data.reading import StoredData
+from quantgate.samples.reading import StoredData
 from quantgate.stages.report.errors import ReportError
 
 TEST_SPLIT = "test"

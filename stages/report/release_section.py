@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from quantgate.stages.data.reading import StoredData
+from quantgate.pictures.fonts import FontChoice, choose_font, glyph_warnings_counted
+from quantgate.samples.reading import StoredData
 from quantgate.stages.duel import outputs as duel
 from quantgate.stages.report.disagreements import cell, code, disagreements
-from quantgate.stages.report.fonts import FontChoice, choose_font, glyph_warnings_counted
 from quantgate.stages.report.gallery import GalleryItem, classification_gallery, text_gallery
 from quantgate.stages.report.outputs import GALLERY_SIZE, RELEASE_DUEL_PLOT
 from quantgate.stages.report.predictions import Predictions, files_of, images_of

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from quantgate.stages.gate.runtimes import (
+from quantgate.policy.runtimes import (
     CPU,
     DEFAULT_RUNTIME,
     INT8_MODEL,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from quantgate.stages.report.fonts import FontChoice
+from quantgate.pictures.fonts import FontChoice
 
 
 @dataclass(frozen=True)

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quantgate.stages.data.reading import StoredData
+from quantgate.pictures.fonts import choose_font, glyph_warnings_counted
+from quantgate.samples.reading import StoredData
 from quantgate.stages.report.disagreements import code, disagreement_lines, disagreements, draw_gallery
-from quantgate.stages.report.fonts import choose_font, glyph_warnings_counted
 from quantgate.stages.report.gallery import text_gallery
 from quantgate.stages.report.outputs import GALLERY_SIZE, PLOTS
 from quantgate.stages.report.predictions import Predictions
 from quantgate.stages.report.sections import TaskSections
-from quantgate.stages.tasks import TEXT_RECOGNITION
-from quantgate.stages.tasks.text import character_errors
+from quantgate.tasks import TEXT_RECOGNITION
+from quantgate.tasks.text import character_errors
 
 CHARACTER_ROWS = 30  # the characters with the most INT8 errors; the rest are counted in one line
 

@@ -14,12 +14,14 @@ from collections.abc import Callable
 
 
 def lazy_exports(package: str, homes: dict[str, str]) -> tuple[Callable[[str], object], list[str]]:
-    """`__getattr__` and `__all__` for `package`, whose name N lives in the submodule `homes[N]`."""
+    """`__getattr__` and `__all__` for `package`, whose name N lives in the submodule `homes[N]` (or, for a name
+    the stage takes from a library, in the module `homes[N]` spelled in full: `quantgate.samples.reading`)."""
 
     def __getattr__(name: str) -> object:
         if name not in homes:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{package}.{homes[name]}"), name)
+        home = homes[name] if homes[name].startswith("quantgate.") else f"{package}.{homes[name]}"
+        value = getattr(importlib.import_module(home), name)
         setattr(sys.modules[package], name, value)  # imported once; later lookups skip this function
         return value
 

@@ -11,4 +11,5 @@ from quantgate.stages.source.outputs import OUTPUTS as OUTPUTS
 __getattr__, __all__ = lazy_exports(__name__, {
     "ModelProblem": "errors", "SourceResult": "imported", "check_trained_model": "checks",
     "import_model": "imported", "model_files": "checks",
+    "CheckedModel": "checks", "expected_classes": "checks", "expected_input": "checks",
 })

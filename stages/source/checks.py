@@ -89,7 +89,7 @@ def expected_classes(config: PipelineConfig) -> tuple[int | None, str]:
     """How many outputs per position the model must have, and where that number comes from."""
     data = config.data
     if data.dataset in TEXT_DATASETS:
-        from quantgate.stages.data.text_labels import read_dictionary
+        from quantgate.samples.text_labels import read_dictionary
 
         characters = read_dictionary(Path(data.character_dict).expanduser())
         space = " + 1 space (data.use_space_char)" if data.use_space_char else ""

@@ -1,7 +1,6 @@
 """The source stage's errors: a model folder or model that cannot be gated as given (bad input, exit 2)."""
 
-from quantgate.errors import BadInput
-from quantgate.stages.shared.errors import StageError
+from quantgate.errors import BadInput, StageError
 
 
 class ModelProblem(StageError, BadInput):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantgate.config import PipelineConfig
-from quantgate.stages.data.reading import open_data
+from quantgate.samples.reading import open_data
 from quantgate.stages.source.checks import check_trained_model
 from quantgate.stages.source.errors import ModelProblem
 from quantgate.stages.source.outputs import (

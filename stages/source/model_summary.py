@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import paddle
 
-from quantgate.stages.shared.static_graph import load_program, op_counts, persistable_dtypes, static_mode
+from quantgate.int8.static_graph import load_program, op_counts, persistable_dtypes, static_mode
 
 # Ops that only a quantized program holds: PaddleSlim's ONNX-style pair and the older fake-quant family.
 QUANTIZE_OPS = ("quantize_linear", "dequantize_linear")

@@ -16,17 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from quantgate.config import TransformsConfig
-from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE
-from quantgate.stages.data.reading import StoredData, open_data
-from quantgate.stages.data.recorded_image import read_recorded
-from quantgate.stages.evaluate.cpu import cpu_record
-from quantgate.stages.evaluate.forms import check_runtimes, library
-from quantgate.stages.evaluate.outputs import CER_INCREASE, FP32_CER, INT8_CER, primary_runtime
-from quantgate.stages.gate.runtimes import CPU, LIBRARY, PRIMARY_RUNTIME, RUNTIMES
-from quantgate.stages.shared.errors import StageError
-from quantgate.stages.system import outputs as out
-from quantgate.stages.system.combos import (
+from quantgate.errors import StageError
+from quantgate.ocr.combos import (
     CLASSIFIER,
     DETECTOR,
     FP32,
@@ -41,9 +32,17 @@ from quantgate.stages.system.combos import (
     system_metrics,
     uniform,
 )
-from quantgate.stages.system.engine import ClassifierSpec, DetectorSpec, ModelFiles, RecognizerSpec, run_systems
-from quantgate.stages.tasks.db_postprocess import DBParams
-from quantgate.stages.tasks.detection import ground_truth
+from quantgate.ocr.components import Component, classifier_spec, detector_spec, recognizer_spec
+from quantgate.ocr.engine import run_systems
+from quantgate.policy.runtimes import CPU, LIBRARY, PRIMARY_RUNTIME, RUNTIMES
+from quantgate.runtimes.cpu import cpu_record
+from quantgate.runtimes.forms import check_runtimes, library
+from quantgate.samples.reading import StoredData, open_data
+from quantgate.samples.recorded_image import read_recorded
+from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE
+from quantgate.stages.evaluate.outputs import CER_INCREASE, FP32_CER, INT8_CER, primary_runtime
+from quantgate.stages.system import outputs as out
+from quantgate.tasks.detection import ground_truth
 
 log = logging.getLogger(__name__)
 TEST = "test"
@@ -54,38 +53,8 @@ class PageChanged(StageError):
 
 
 @dataclass(frozen=True)
-class Component:
-    """One stored, passed version as the system uses it: its data stage's record and its convert folder."""
-
-    spec: dict  # the component's dataset.json
-    convert_dir: Path
-    outputs_are_probabilities: bool = True  # the model ends in softmax (PaddleOCR's cls and rec do)
-
-
-@dataclass(frozen=True)
 class SystemEvaluateResult:
     metrics: dict
-
-
-def detector_spec(component: Component) -> DetectorSpec:
-    transforms = TransformsConfig.model_validate(component.spec["transforms"])
-    return DetectorSpec(ModelFiles(component.convert_dir / FP32_FILE, component.convert_dir / INT8_FILE),
-                        tuple(transforms.det_canvas), transforms.det_limit_side_len, transforms.det_limit_type,
-                        tuple(transforms.mean), tuple(transforms.std), transforms.color,
-                        DBParams(**component.spec["postprocess"]))
-
-
-def classifier_spec(component: Component, thresh: float) -> ClassifierSpec:
-    return ClassifierSpec(ModelFiles(component.convert_dir / FP32_FILE, component.convert_dir / INT8_FILE),
-                          TransformsConfig.model_validate(component.spec["transforms"]),
-                          tuple(component.spec["classes"]), thresh,
-                          outputs_are_probabilities=component.outputs_are_probabilities)
-
-
-def recognizer_spec(component: Component) -> RecognizerSpec:
-    return RecognizerSpec(ModelFiles(component.convert_dir / FP32_FILE, component.convert_dir / INT8_FILE),
-                          TransformsConfig.model_validate(component.spec["transforms"]),
-                          tuple(component.spec["characters"]), component.outputs_are_probabilities)
 
 
 def test_pages(data: StoredData, only: int | None = None) -> tuple[list[np.ndarray], list[list[dict]], list[str]]:

@@ -14,12 +14,12 @@ from dataclasses import asdict
 from pathlib import Path
 
 from quantgate.config import GatePolicy
+from quantgate.ocr.matching import system_scores
+from quantgate.policy.criterion import Criterion, criterion, not_applicable, number
+from quantgate.policy.runtimes import PRIMARY_RUNTIME, RUNTIMES, criterion_name, runtime_verdicts
 from quantgate.stages.evaluate.outputs import CER_INCREASE
-from quantgate.stages.gate.criterion import Criterion, criterion, not_applicable, number
 from quantgate.stages.gate.outputs import GATE_FILE, PASSED, RELEASE_DUEL, RELEASE_REGRESSION
-from quantgate.stages.gate.runtimes import PRIMARY_RUNTIME, RUNTIMES, criterion_name, runtime_verdicts
 from quantgate.stages.system import outputs as out
-from quantgate.stages.system.matching import system_scores
 
 NO_RELEASE = "no release version yet, nothing to compare with"
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
-from quantgate.stages.data.reading import open_data
-from quantgate.stages.report.fonts import choose_font
+from quantgate.ocr.combos import LATENCY_P50, SCORES, SPLIT_P50, SQUEEZED, VS_FP32
+from quantgate.pictures.fonts import choose_font
+from quantgate.pictures.page_picture import draw_page, picture_strings, save_crops
+from quantgate.samples.reading import open_data
 from quantgate.stages.system import outputs as out
-from quantgate.stages.system.combos import LATENCY_P50, SCORES, SPLIT_P50, SQUEEZED, VS_FP32
 from quantgate.stages.system.evaluate import test_pages
-from quantgate.stages.system.page_picture import draw_page, picture_strings, save_crops
 
 REPORT_FILE = "report.md"
 PAGE_PLOT = "page.png"

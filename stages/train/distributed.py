@@ -34,9 +34,9 @@ import paddle
 import paddle.distributed as dist
 
 from quantgate.config import TrainConfig
-from quantgate.stages.data.reading import StoredData, open_data
+from quantgate.errors import StageError
+from quantgate.samples.reading import StoredData, open_data
 from quantgate.stages.shared.digests import arrays_sha256 as weights_sha256  # the ranks' weights compared by it
-from quantgate.stages.shared.errors import StageError
 from quantgate.stages.train import amp
 from quantgate.stages.train.errors import DistributedTrainingFailed, RankDataMismatch
 from quantgate.stages.train.grad_step import BufferSnapshot, apply_update

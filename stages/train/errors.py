@@ -1,11 +1,7 @@
 """The train stage's errors; each message names the bad value and the fix."""
 
-from quantgate.errors import BadInput
-from quantgate.stages.shared.errors import StageError
-
-
-class ModelError(StageError, BadInput):
-    """The configured architecture cannot be built (unknown name, bad entry point, failing factory)."""
+from quantgate.errors import BadInput, StageError
+from quantgate.models.errors import ModelError as ModelError  # the train stage raises it too
 
 
 class DistributedTrainingFailed(StageError):

@@ -21,10 +21,10 @@ import numpy as np
 import paddle
 
 from quantgate.config import AugmentConfig, TrainConfig
-from quantgate.stages.data.augment import augmentation_record
-from quantgate.stages.data.reading import StoredData, open_data
-from quantgate.stages.shared.progress import Progress
-from quantgate.stages.tasks import TEXT_RECOGNITION
+from quantgate.models.models import DEFAULT_NECK, RECOGNIZER, build_model, check_text_outputs, load_weights
+from quantgate.progress import Progress
+from quantgate.samples.augment import augmentation_record
+from quantgate.samples.reading import StoredData, open_data
 from quantgate.stages.train import amp
 from quantgate.stages.train.checkpoint_state import (
     CheckpointBytes,
@@ -34,7 +34,6 @@ from quantgate.stages.train.checkpoint_state import (
 from quantgate.stages.train.errors import ResumeMismatch, TrainingDiverged, WarmStartMismatch
 from quantgate.stages.train.grad_step import BufferSnapshot, StepOutcome, apply_update
 from quantgate.stages.train.losses import TaskLoss, loss_for
-from quantgate.stages.train.models import DEFAULT_NECK, RECOGNIZER, build_model, check_text_outputs, load_weights
 from quantgate.stages.train.op_precision import op_precision_record, operator_stats
 from quantgate.stages.train.outputs import (
     AUGMENTATION,
@@ -51,6 +50,7 @@ from quantgate.stages.train.outputs import (
 from quantgate.stages.train.scalars import write_visualdl_scalars
 from quantgate.stages.train.scaler_accounting import STEP_COLUMNS, ScalerAccounting
 from quantgate.stages.train.warm_start import InitWeights, start_from
+from quantgate.tasks import TEXT_RECOGNITION
 
 ARCHITECTURE = "digits_cnn"  # the default of train.architecture
 REFERENCE_BATCH = 256  # test images per forward pass of the reference logits

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import paddle
 import paddle.nn.functional as F
 
-from quantgate.stages.tasks import TEXT_RECOGNITION, task_of
-from quantgate.stages.tasks.text import BLANK
+from quantgate.tasks import TEXT_RECOGNITION, task_of
+from quantgate.tasks.text import BLANK
 
 CTC_OP = "warpctc"  # the operator paddle.nn.functional.ctc_loss runs
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import paddle
 
+from quantgate.models.models import load_weights
 from quantgate.stages.train.errors import WarmStartMismatch
-from quantgate.stages.train.models import load_weights
 from quantgate.stages.train.state_arrays import from_npz_bytes
 
 NPZ_SUFFIX = ".npz"

@@ -62,8 +62,8 @@ def version_with_evaluation(store, commit_stage, int8_top1: float, status: str |
 
     import numpy as np
 
+    from quantgate.samples.sample_ids import sample_ids
     from quantgate.stages.data import open_data
-    from quantgate.stages.data.sample_ids import sample_ids
 
     version = store.create_version("m")
     files = {name.name: name.read_bytes() for name in Path(data).iterdir()} if data else {"splits.npz": b"split"}

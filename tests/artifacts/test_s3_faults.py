@@ -26,8 +26,7 @@ from support.seaweed import SeaweedServer, free_ports  # noqa: E402
 from quantgate.artifacts import ArtifactError, ArtifactNotFound  # noqa: E402
 from quantgate.artifacts.fsck import check_store, repair  # noqa: E402
 from quantgate.artifacts.s3.listing import version_key  # noqa: E402
-from quantgate.artifacts.s3.objects import (ObjectStore, S3AccessDenied, S3BucketMissing,  # noqa: E402
-                                            S3Unreachable)
+from quantgate.artifacts.s3.objects import ObjectStore, S3AccessDenied, S3BucketMissing, S3Unreachable  # noqa: E402
 from quantgate.artifacts.s3.store import S3Store  # noqa: E402
 
 MIB = 1024 * 1024

@@ -17,8 +17,15 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from support.seaweed import SeaweedServer, free_ports  # noqa: E402
 
 from quantgate.artifacts.errors import ArtifactNotFound  # noqa: E402
-from quantgate.artifacts.s3.objects import (Listed, ObjectStore, S3AccessDenied, S3BadUrl,  # noqa: E402
-                                            S3BucketMissing, S3Unreachable, parse_url)
+from quantgate.artifacts.s3.objects import (  # noqa: E402
+    Listed,
+    ObjectStore,
+    S3AccessDenied,
+    S3BadUrl,
+    S3BucketMissing,
+    S3Unreachable,
+    parse_url,
+)
 
 WRITERS = 8
 

@@ -16,8 +16,8 @@ import pytest
 from quantgate.artifacts import ArtifactCorrupt, ArtifactExists, ArtifactNotFound
 from quantgate.artifacts.errors import AliasMoved
 from quantgate.artifacts.fsck import check_store, repair
-from quantgate.artifacts.s3.store import S3Store
 from quantgate.artifacts.s3.objects import parse_url
+from quantgate.artifacts.s3.store import S3Store
 
 
 @pytest.fixture

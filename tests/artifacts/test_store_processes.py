@@ -98,7 +98,8 @@ def test_sigkill_at_random_moments_leaves_a_consistent_store(spec, open_worker, 
     if is_s3(spec):
         # A killed run's lease stays fresh for LEASE_S: expire it at once, so fsck judges the version as another
         # worker will once the lease ran out (interrupted, its unsealed uploads removable).
-        from quantgate.artifacts.s3 import checks, store as s3_store
+        from quantgate.artifacts.s3 import checks
+        from quantgate.artifacts.s3 import store as s3_store
 
         monkeypatch.setattr(checks, "LEASE_S", -1.0)
         monkeypatch.setattr(s3_store, "lease_expired", lambda modified, now=None: True)

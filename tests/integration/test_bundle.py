@@ -20,9 +20,9 @@ from quantgate.bundle import engines, open_bundle
 from quantgate.bundle.latencies import latency_record, rank_runtimes, recorded_latencies
 from quantgate.bundle.manifest import sealed_json, sha256_file
 from quantgate.cli import main
-from quantgate.stages.convert.weight_range import onnxruntime_weight_bits
-from quantgate.stages.data.reading import open_data
-from quantgate.stages.evaluate.cpu import cpu_record
+from quantgate.int8.weight_range import onnxruntime_weight_bits
+from quantgate.runtimes.cpu import cpu_record
+from quantgate.samples.reading import open_data
 from quantgate.stages.evaluate.outputs import PREDICTIONS_FILE, runtime_predictions_file
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 

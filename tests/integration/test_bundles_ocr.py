@@ -24,12 +24,12 @@ from support.ocr_samples import (  # noqa: E402
 )
 
 from quantgate.artifacts import ArtifactStore  # noqa: E402
+from quantgate.bundle.manifest import sealed_json  # noqa: E402
 from quantgate.cli import main  # noqa: E402
 from quantgate.demo.pages import write_demo_dataset  # noqa: E402
-from quantgate.stages.data.reading import open_data  # noqa: E402
-from quantgate.bundle.manifest import sealed_json  # noqa: E402
+from quantgate.ocr.crops import reading_order  # noqa: E402
+from quantgate.samples.reading import open_data  # noqa: E402
 from quantgate.stages.evaluate.outputs import PREDICTIONS_FILE  # noqa: E402
-from quantgate.stages.system.crops import reading_order  # noqa: E402
 from quantgate.stages.system.outputs import READS_FILE, SYSTEM_FILE  # noqa: E402
 
 SYSTEM = "ppocrv4-system"
@@ -267,7 +267,7 @@ def test_a_detector_page_too_large_for_the_canvas_names_its_size_the_canvas_and_
     from quantgate.bundle import BadImage
     from quantgate.bundle.pages import load_page
     from quantgate.config import TransformsConfig
-    from quantgate.stages.tasks.det_resize import fits_canvas
+    from quantgate.tasks.det_resize import fits_canvas
 
     page = tmp_path / "scan.png"
     Image.new("RGB", (900, 1200), "white").save(page)  # 1200 high, 900 wide

@@ -17,7 +17,7 @@ from text_lines import CHINESE, write_dictionary, write_text_lines  # noqa: E402
 
 from quantgate.artifacts import ArtifactStore  # noqa: E402
 from quantgate.cli import main  # noqa: E402
-from quantgate.stages.data.reading import open_data  # noqa: E402
+from quantgate.samples.reading import open_data  # noqa: E402
 from quantgate.stages.evaluate.outputs import PREDICTIONS_FILE  # noqa: E402
 
 MODEL = "cheques"

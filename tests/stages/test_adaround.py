@@ -10,9 +10,9 @@ import pytest
 from paddle import nn
 
 from quantgate.config import QuantizeConfig, QuantizeRecipe
-from quantgate.stages.data.reading import open_data
+from quantgate.int8.static_graph import load_program, static_mode
+from quantgate.samples.reading import open_data
 from quantgate.stages.quantize import quantize
-from quantgate.stages.shared.static_graph import load_program, static_mode
 from tests.stages.test_equalization import GAMMA
 from tests.stages.test_quantize_streaming import image_folder_and_cnn
 

@@ -4,12 +4,11 @@ PaddleSlim's two-pass ones to within a fine bin."""
 import numpy as np
 import paddle
 import pytest
-
 from test_calibration_speed import BATCHES, UPKEEP_RUNS, CountingExecutor, settings, tiny_net  # noqa: F401
 
+from quantgate.int8.static_graph import static_mode
 from quantgate.stages.quantize import fine_histogram
 from quantgate.stages.quantize.calibration import Calibration, Statistics
-from quantgate.stages.shared.static_graph import static_mode
 
 
 def calibrate(root, images, out, histogram, statistics=None, **recipe):

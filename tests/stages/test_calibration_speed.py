@@ -5,15 +5,14 @@ import numpy as np
 import paddle
 import pytest
 from paddleslim.quant import quant_post_static
-
 from test_quantize_streaming import image_folder_and_cnn
 
 from quantgate.config import QuantizeConfig
+from quantgate.int8.static_graph import static_mode
+from quantgate.models.models import build_model
 from quantgate.stages.data import open_data
 from quantgate.stages.quantize.calibration import Calibration, Statistics, _histogram
 from quantgate.stages.quantize.ptq import quantize_with_data
-from quantgate.stages.shared.static_graph import static_mode
-from quantgate.stages.train.models import build_model
 
 BATCH, BATCHES = 8, 3
 UPKEEP_RUNS = 2  # executor runs besides the calibration batches: loading the model and saving it

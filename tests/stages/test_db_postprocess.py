@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from shapely.geometry import Polygon
 
-from quantgate.stages.tasks.db_postprocess import DBParams, boxes_from_map, mini_box, unclip
+from quantgate.tasks.db_postprocess import DBParams, boxes_from_map, mini_box, unclip
 
 GEOMETRY = np.asarray([500, 700, 224, 320], np.int64)
 SCALE = np.asarray([700 / 320, 500 / 224])

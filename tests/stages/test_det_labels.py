@@ -7,8 +7,8 @@ import json
 import pytest
 
 from quantgate.errors import BadInput
+from quantgate.samples.errors import BadTextBoxes
 from quantgate.stages.data.det_labels import Box, check_inside, read_box_label_file
-from quantgate.stages.data.errors import BadTextBoxes
 
 SQUARE = [[10, 20], [90, 20], [90, 50], [10, 50]]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from quantgate.stages.tasks.det_metrics import box_agreement, detection_scores, match_page, page_hmean, polygon_iou
+from quantgate.tasks.det_metrics import box_agreement, detection_scores, match_page, page_hmean, polygon_iou
 
 
 def rect(x0: float, y0: float, x1: float, y1: float) -> np.ndarray:

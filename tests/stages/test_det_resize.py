@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from quantgate.stages.tasks.det_resize import PageTooLarge, det_resize_shape, fits_canvas, page_input
+from quantgate.tasks.det_resize import PageTooLarge, det_resize_shape, fits_canvas, page_input
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 

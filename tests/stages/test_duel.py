@@ -18,8 +18,8 @@ from sklearn.datasets import load_digits
 from quantgate.artifacts import ArtifactStore
 from quantgate.config import DataConfig, GatePolicy
 from quantgate.flows.duel import evidence
+from quantgate.samples.sample_ids import sample_ids
 from quantgate.stages.data import open_data, prepare_data
-from quantgate.stages.data.sample_ids import sample_ids
 from quantgate.stages.duel import ReleaseModel, duel
 from quantgate.stages.duel import outputs as out
 from quantgate.stages.gate import decide, gate

@@ -1,12 +1,12 @@
 import numpy as np
 import pytest
 
+from quantgate.errors import StageError
+from quantgate.runtimes.forms import ModelForm
+from quantgate.runtimes.latency import measure, measure_batch_sizes, measure_forms
+from quantgate.runtimes.ort_forms import QGEMM_PATH
 from quantgate.stages.data import open_data
-from quantgate.stages.evaluate.forms import ModelForm
-from quantgate.stages.evaluate.latency import measure, measure_batch_sizes, measure_forms
-from quantgate.stages.evaluate.ort_forms import QGEMM_PATH
 from quantgate.stages.evaluate.outputs import OUTPUTS
-from quantgate.stages.shared.errors import StageError
 
 
 def test_metrics_are_consistent_with_the_stored_predictions(stage_dirs):

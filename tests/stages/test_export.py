@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
+from quantgate.int8.static_graph import load_program, persistable_dtypes, static_mode
 from quantgate.stages.export.inference_model import ExportMismatch, export
-from quantgate.stages.shared.static_graph import load_program, persistable_dtypes, static_mode
 
 
 def test_exported_model_is_float32_and_matches_training(stage_dirs):

@@ -12,12 +12,12 @@ import paddle
 import pytest
 
 from quantgate.config import AmpConfig
-from quantgate.stages.data.reading import open_data
+from quantgate.int8.static_graph import load_program, persistable_dtypes, static_mode
+from quantgate.models.models import build_model
+from quantgate.samples.reading import open_data
 from quantgate.stages.export.inference_model import export
-from quantgate.stages.shared.static_graph import load_program, persistable_dtypes, static_mode
 from quantgate.stages.train import amp
 from quantgate.stages.train.loop import reference_logits
-from quantgate.stages.train.models import build_model
 
 
 @pytest.fixture()

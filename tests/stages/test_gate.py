@@ -6,8 +6,9 @@ import pytest
 
 from quantgate.config import ConfigError, GatePolicy, validate_config
 from quantgate.flows.duel import evidence
+from quantgate.policy.decision import ReleaseDuel, decide, paired_bootstrap_delta
 from quantgate.stages.duel import outputs as duel
-from quantgate.stages.gate.decision import ReleaseDuel, decide, gate, paired_bootstrap_delta
+from quantgate.stages.gate.decision import gate
 
 GOOD = {"fp32_top1_pct": 97.5, "int8_top1_pct": 97.0, "agreement": 0.99, "speedup_int8_vs_fp32": 1.8}
 

@@ -10,10 +10,11 @@ from quantgate.artifacts import ArtifactStore
 from quantgate.config import GatePolicy, validate_config
 from quantgate.flows.duel import evidence
 from quantgate.flows.evidence import gate_evidence
+from quantgate.policy.decision import Criterion, decide
+from quantgate.policy.runtimes import runtime_headlines, with_criterion, with_verdicts
 from quantgate.stages.duel import outputs as duel
 from quantgate.stages.evaluate.outputs import HEADLINE_METRICS
-from quantgate.stages.gate.decision import Criterion, decide, gate
-from quantgate.stages.gate.runtimes import runtime_headlines, with_criterion, with_verdicts
+from quantgate.stages.gate.decision import gate
 
 PER_RUNTIME = ("accuracy_drop_pts", "agreement", "int8_top1_pct", "delta_ci95_low_pts", "speedup",
                "release_regression_pts")

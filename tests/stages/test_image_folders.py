@@ -7,10 +7,10 @@ from folder_images import write_image_folder
 from PIL import Image
 
 from quantgate.config import DataConfig
+from quantgate.samples import reading
+from quantgate.samples.errors import DataError
+from quantgate.samples.file_table import read_table
 from quantgate.stages.data import DataChanged, HashState, open_data, plan_image_folders, prepare_data
-from quantgate.stages.data.errors import DataError
-from quantgate.stages.data import reading
-from quantgate.stages.data.file_table import read_table
 
 TRANSFORMS = {"resize": 20, "center_crop": 16, "mean": [0.5], "std": [0.5]}
 SPLITS = ("train", "calibration", "validation", "test")

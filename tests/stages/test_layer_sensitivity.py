@@ -5,8 +5,8 @@ import onnxruntime as ort
 import pytest
 
 from quantgate.config import QuantizeConfig
-from quantgate.stages.convert.paddle_quantization import quantized_layers
-from quantgate.stages.convert.lower_int8 import Lowering
+from quantgate.int8.lower_int8 import Lowering
+from quantgate.int8.paddle_quantization import quantized_layers
 from quantgate.stages.data import open_data
 from quantgate.stages.quantize.layer_sensitivity import FallbackEstimator, float_weights, lowered_model
 from quantgate.stages.quantize.ptq import quantize_with_data

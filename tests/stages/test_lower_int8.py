@@ -7,11 +7,11 @@ import pytest
 from onnx import numpy_helper
 
 from quantgate.config import QuantizeConfig
-from quantgate.stages.convert.errors import ConversionError
-from quantgate.stages.convert.lower_int8 import lower_int8
+from quantgate.int8.errors import ConversionError
+from quantgate.int8.lower_int8 import lower_int8
+from quantgate.int8.onnx_ops import runtime_op_counts
+from quantgate.int8.paddle_quantization import read_paddle_quantization
 from quantgate.stages.convert.onnx_export import convert
-from quantgate.stages.convert.onnx_ops import runtime_op_counts
-from quantgate.stages.convert.paddle_quantization import read_paddle_quantization
 from quantgate.stages.data import open_data
 from quantgate.stages.quantize.ptq import quantize
 

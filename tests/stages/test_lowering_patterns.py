@@ -16,10 +16,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from support.pattern_nets import pattern_model  # noqa: E402
 
-from quantgate.stages.convert.affine_absorption import absorb_scalar_affines  # noqa: E402
-from quantgate.stages.convert.lower_int8 import Lowering, lower_int8  # noqa: E402
+from quantgate.int8.affine_absorption import absorb_scalar_affines  # noqa: E402
+from quantgate.int8.lower_int8 import Lowering, lower_int8  # noqa: E402
+from quantgate.int8.onnx_ops import runtime_op_counts  # noqa: E402
 from quantgate.stages.convert.onnx_export import convert  # noqa: E402
-from quantgate.stages.convert.onnx_ops import runtime_op_counts  # noqa: E402
 from quantgate.stages.quantize.layer_sensitivity import lowered_model  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""The report's page pictures (stages/system/page_picture.py): the page with both systems' boxes, the lines they
+"""The report's page pictures (quantgate/pictures/page_picture.py): the page with both systems' boxes, the lines they
 read differently in red, a panel that lists them (with a CJK font, or by number without one), and line crops."""
 
 from __future__ import annotations
@@ -13,10 +13,17 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from support.ocr_samples import OcrSamplesError, cjk_font  # noqa: E402
 
-from quantgate.stages.system.crops import crop_line  # noqa: E402
-from quantgate.stages.report.fonts import choose_font  # noqa: E402
-from quantgate.stages.system.page_picture import (INT8_COLOUR, LINE_PX, MARGIN_PX, PANEL_WIDTH,  # noqa: E402
-                                                  draw_page, picture_strings, save_crops)
+from quantgate.ocr.crops import crop_line  # noqa: E402
+from quantgate.pictures.fonts import choose_font  # noqa: E402
+from quantgate.pictures.page_picture import (  # noqa: E402
+    INT8_COLOUR,
+    LINE_PX,
+    MARGIN_PX,
+    PANEL_WIDTH,
+    draw_page,
+    picture_strings,
+    save_crops,
+)
 
 
 def rect(x: float, y: float, width: float = 120, height: float = 30) -> np.ndarray:

@@ -1,6 +1,6 @@
 import logging
 
-from quantgate.stages.shared.progress import Progress
+from quantgate.progress import Progress
 
 
 def test_progress_logs_first_and_last_step_and_throttles_the_rest(caplog):

@@ -14,17 +14,16 @@ import numpy as np
 import onnx
 import paddle
 import pytest
-
 from support.cpu import needs_int8_dot_product
 
 from quantgate.artifacts.cache import ContentCache
 from quantgate.config import EvaluateConfig, GatePolicy, QuantizeConfig
+from quantgate.models.models import build_model
+from quantgate.policy.decision import decide
 from quantgate.stages.data import open_data
 from quantgate.stages.export.inference_model import export
-from quantgate.stages.gate.decision import decide
 from quantgate.stages.quantize.outputs import SEARCH_FILE
 from quantgate.stages.quantize.search import search_quantization
-from quantgate.stages.train.models import build_model
 
 OUTLIER = 1000.0
 CHANNEL = 5
@@ -55,7 +54,7 @@ def broken_export(stage_dirs, tmp_path_factory):
 
 
 def third_conv_weight(export_dir) -> str:
-    from quantgate.stages.convert.onnx_export import to_onnx
+    from quantgate.int8.onnx_conversion import to_onnx
 
     to_onnx(export_dir / "model.pdmodel", export_dir / "model.pdiparams", export_dir.parent / "fp32.onnx")
     convs = [node for node in onnx.load(str(export_dir.parent / "fp32.onnx")).graph.node if node.op_type == "Conv"]

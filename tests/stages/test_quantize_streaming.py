@@ -9,14 +9,14 @@ import pytest
 from PIL import Image
 
 from quantgate.config import QuantizeConfig, validate_config
-from quantgate.stages.convert.onnx_export import to_onnx
+from quantgate.int8.onnx_conversion import to_onnx
+from quantgate.int8.static_graph import load_program, op_counts, static_mode
+from quantgate.models.models import build_model
+from quantgate.runtimes.latency import session
 from quantgate.stages.data import DataChanged, open_data, prepare_data
-from quantgate.stages.evaluate.latency import session
 from quantgate.stages.quantize.layer_sensitivity import lowered_model
 from quantgate.stages.quantize.ptq import quantize
 from quantgate.stages.quantize.validation_check import ValidationCheck
-from quantgate.stages.shared.static_graph import load_program, op_counts, static_mode
-from quantgate.stages.train.models import build_model
 
 # Two batches of eight out of the calibration split's 18 images (3 classes x 40, 15 % held out):
 # the limit, not the split's end, stops the stream.

@@ -17,14 +17,14 @@ import pytest
 from paddle import nn
 
 from quantgate.config import QuantizeConfig, TrainConfig
+from quantgate.int8.static_graph import load_program, static_mode
+from quantgate.models.models import build_model
 from quantgate.stages.convert.onnx_export import convert
 from quantgate.stages.export.inference_model import export
 from quantgate.stages.quantize.ptq import quantize
-from quantgate.stages.shared.static_graph import load_program, static_mode
-from quantgate.stages.tasks.text import greedy_decode
 from quantgate.stages.train.errors import ModelError
 from quantgate.stages.train.loop import train
-from quantgate.stages.train.models import build_model
+from quantgate.tasks.text import greedy_decode
 
 CHARACTERS = ("1", "2", "3")
 SHAPE = (1, 16, 48)  # T = 48 / 4 = 12 frames for lines of 2-3 characters

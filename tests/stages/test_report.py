@@ -1,8 +1,8 @@
 import struct
 
-from quantgate.config import GatePolicy
 import numpy as np
 
+from quantgate.config import GatePolicy
 from quantgate.flows.duel import evidence
 from quantgate.stages.duel import ReleaseModel, duel
 from quantgate.stages.gate.decision import gate

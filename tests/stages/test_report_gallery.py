@@ -15,8 +15,8 @@ import matplotlib
 import numpy as np
 import pytest
 
-from quantgate.stages.data.reading import StoredData
-from quantgate.stages.report import fonts
+from quantgate.pictures import fonts
+from quantgate.samples.reading import StoredData
 from quantgate.stages.report.errors import ReportError
 from quantgate.stages.report.markdown import report
 

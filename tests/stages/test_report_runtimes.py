@@ -8,9 +8,9 @@ from test_report_gallery import FP32, classification_run
 
 from quantgate.config import GatePolicy
 from quantgate.flows.report import runtimes_table
+from quantgate.policy.decision import decide
+from quantgate.policy.runtimes import runtime_headlines
 from quantgate.stages.evaluate.outputs import HEADLINE_METRICS
-from quantgate.stages.gate.decision import decide
-from quantgate.stages.gate.runtimes import runtime_headlines
 from quantgate.stages.report.markdown import render_markdown, report
 
 CPU = {"flags": ["amx_int8", "amx_tile", "avx2", "avx512_vnni", "avx512f"], "model": "Intel(R) Xeon(R) Platinum 8480+",

@@ -6,10 +6,10 @@ import importlib.util
 import numpy as np
 import pytest
 
+from quantgate.runtimes.forms import ModelForm, RuntimeUnavailable, check_runtimes, open_runner
+from quantgate.runtimes.ort_forms import QGEMM_PATH
 from quantgate.stages.data import open_data
 from quantgate.stages.evaluate.accuracy import NoInt8Kernels, evaluate
-from quantgate.stages.evaluate.forms import ModelForm, RuntimeUnavailable, check_runtimes, open_runner
-from quantgate.stages.evaluate.ort_forms import QGEMM_PATH
 from quantgate.stages.evaluate.outputs import OUTPUTS, PREDICTIONS_FILE, primary_runtime, runtime_predictions_file
 
 OPENVINO_INSTALLED = importlib.util.find_spec("openvino") is not None  # CI installs it: pip install -e '.[openvino]'

@@ -7,10 +7,10 @@ import pytest
 from support.cpu import needs_int8_dot_product
 
 from quantgate.config import ConfigError, validate_config
+from quantgate.runtimes.cpu import cpu_record
+from quantgate.runtimes.forms import ModelForm, open_runner
+from quantgate.runtimes.ort_forms import CONVSYM_PATH, QGEMM_PATH, onnxruntime_int8_form, write_qgemm_form
 from quantgate.stages.data import open_data
-from quantgate.stages.evaluate.cpu import cpu_record
-from quantgate.stages.evaluate.forms import ModelForm, open_runner
-from quantgate.stages.evaluate.ort_forms import CONVSYM_PATH, QGEMM_PATH, onnxruntime_int8_form, write_qgemm_form
 from quantgate.stages.evaluate.outputs import QGEMM_INT8_FILE, RUNTIME_NAMES
 
 SAPPHIRE_RAPIDS = """processor\t: 0

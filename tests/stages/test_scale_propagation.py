@@ -4,7 +4,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from quantgate.stages.convert.scale_propagation import propagate_scales
+from quantgate.int8.scale_propagation import propagate_scales
 
 
 def tail(clip_high: float, pool_reader: str = "Reshape") -> onnx.ModelProto:

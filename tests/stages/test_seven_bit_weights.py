@@ -7,14 +7,14 @@ import onnxruntime as ort
 import pytest
 
 from quantgate.config import QuantizeConfig
+from quantgate.int8.paddle_quantization import _seven_bit_grid_step
+from quantgate.int8.static_graph import load_program, static_mode
+from quantgate.int8.weight_range import WeightBits
+from quantgate.samples.reading import open_data
 from quantgate.stages.convert.onnx_export import convert
 from quantgate.stages.convert.outputs import INT8_FILE
-from quantgate.stages.convert.paddle_quantization import _seven_bit_grid_step
-from quantgate.stages.convert.weight_range import WeightBits
-from quantgate.stages.data.reading import open_data
 from quantgate.stages.quantize import quantize
 from quantgate.stages.quantize.quantized_weights import quantized_layers, weight_arrays
-from quantgate.stages.shared.static_graph import load_program, static_mode
 from tests.stages.test_adaround import block  # noqa: F401  (the module's fixture: the tiny network)
 
 SINGLE = QuantizeConfig(strategy="single", batch_size=8)

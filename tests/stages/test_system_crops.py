@@ -1,4 +1,4 @@
-"""The OCR system cuts lines as PaddleOCR does (stages/system/crops.py): boxes in reading order, slanted lines come
+"""The OCR system cuts lines as PaddleOCR does (quantgate/ocr/crops.py): boxes in reading order, slanted lines come
 out straight at the size PaddleOCR gives them, vertical lines are turned, and wide lines are squeezed."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import cv2
 import numpy as np
 import pytest
 
-from quantgate.stages.system.crops import crop_line, crop_size, reading_order, rec_width
+from quantgate.ocr.crops import crop_line, crop_size, reading_order, rec_width
 
 REC_SHAPE = (3, 48, 320)
 

@@ -22,7 +22,7 @@ from support.ocr_samples import paddleocr_models  # noqa: E402
 
 from quantgate.config import TransformsConfig  # noqa: E402
 from quantgate.demo.pages import render_pages  # noqa: E402
-from quantgate.stages.system.combos import (  # noqa: E402
+from quantgate.ocr.combos import (  # noqa: E402
     FP32,
     INT8,
     LATENCY_P50,
@@ -32,7 +32,7 @@ from quantgate.stages.system.combos import (  # noqa: E402
     system_metrics,
     uniform,
 )
-from quantgate.stages.system.engine import (  # noqa: E402
+from quantgate.ocr.engine import (  # noqa: E402
     ClassifierSpec,
     DetectorSpec,
     ModelFiles,
@@ -42,8 +42,8 @@ from quantgate.stages.system.engine import (  # noqa: E402
     line_confidence,
     run_systems,
 )
-from quantgate.stages.system.matching import compare_systems, system_scores  # noqa: E402
-from quantgate.stages.tasks.det_resize import PageTooLarge  # noqa: E402
+from quantgate.ocr.matching import compare_systems, system_scores  # noqa: E402
+from quantgate.tasks.det_resize import PageTooLarge  # noqa: E402
 
 THREADS = 2
 PAGES = 2

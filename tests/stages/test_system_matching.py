@@ -1,4 +1,4 @@
-"""A system's reading is judged line by line against the page's labels (stages/system/matching.py): found means a
+"""A system's reading is judged line by line against the page's labels (quantgate/ocr/matching.py): found means a
 box at IoU >= 0.5, read means the exact text; ignored regions cost nothing; and two systems are compared on the
 lines where their outcomes differ. Every number here is worked out by hand."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from quantgate.stages.system.matching import compare_systems, match_lines, system_scores
+from quantgate.ocr.matching import compare_systems, match_lines, system_scores
 
 
 def rect(x: float, y: float, width: float = 100, height: float = 30) -> np.ndarray:

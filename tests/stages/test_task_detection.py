@@ -14,8 +14,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from support.ocr_samples import cjk_font, paddleocr_models  # noqa: E402
 
-from quantgate.stages.tasks.det_resize import page_input  # noqa: E402
-from quantgate.stages.tasks.detection import TextDetection, boxes, ground_truth  # noqa: E402
+from quantgate.tasks.det_resize import page_input  # noqa: E402
+from quantgate.tasks.detection import TextDetection, boxes, ground_truth  # noqa: E402
 
 TASK = TextDetection()
 GEOMETRY = [500, 700, 224, 320]  # a 500x700 page resized to 224x320, on a 320x320 canvas

@@ -15,12 +15,13 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from quantgate.config import EvaluateConfig, GatePolicy
-from quantgate.stages.data.reading import open_data
+from quantgate.policy.decision import decide, paired_bootstrap_delta
+from quantgate.samples.reading import open_data
 from quantgate.stages.evaluate.accuracy import evaluate
 from quantgate.stages.evaluate.outputs import CHARACTER_ERRORS_FILE, PREDICTIONS_FILE
-from quantgate.stages.gate.decision import decide, gate, paired_bootstrap_delta
+from quantgate.stages.gate.decision import gate
 from quantgate.stages.quantize.validation_check import ValidationCheck, policy_failures
-from quantgate.stages.tasks.text import TextRecognition, character_error_rate_pct, character_errors, greedy_decode
+from quantgate.tasks.text import TextRecognition, character_error_rate_pct, character_errors, greedy_decode
 
 DIGITS = tuple("0123456789")
 TEXT = TextRecognition(DIGITS)
@@ -248,7 +249,7 @@ def text_bundle(folder, models) -> None:
     stage's preprocessing record and a sealed manifest (written by hand: no store or training needed)."""
     from quantgate.bundle.manifest import sealed_json, sha256_file
     from quantgate.config import TransformsConfig
-    from quantgate.stages.data.text_reading import text_preprocessing_record
+    from quantgate.samples.text_reading import text_preprocessing_record
 
     transforms = TransformsConfig(rec_image_shape=(1, HEIGHT, STEPS), color="grayscale")
     (folder / "onnxruntime").mkdir(parents=True)

@@ -10,9 +10,9 @@ from text_lines import CHINESE, line_image, write_dictionary, write_text_lines
 
 from quantgate.config import ConfigError, DataConfig, validate_config
 from quantgate.errors import BadInput
+from quantgate.samples.file_table import read_table
 from quantgate.stages.data import DataChanged, HashState, open_data, plan_text_lines, prepare_data
-from quantgate.stages.data.file_table import read_table
-from quantgate.stages.tasks.text import greedy_decode
+from quantgate.tasks.text import greedy_decode
 
 SPLITS = ("train", "calibration", "validation", "test")
 

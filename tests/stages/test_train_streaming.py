@@ -11,12 +11,12 @@ import pytest
 from PIL import Image
 
 from quantgate.config import TransformsConfig, validate_config
+from quantgate.models.models import build_model
+from quantgate.samples.image_folders import preprocess
 from quantgate.stages.data import DataChanged, open_data, prepare_data
-from quantgate.stages.data.image_folders import preprocess
 from quantgate.stages.train.checkpoint_state import CheckpointBytes
 from quantgate.stages.train.errors import ResumeMismatch
 from quantgate.stages.train.loop import epoch_batches, train
-from quantgate.stages.train.models import build_model
 
 AUGMENT = {"horizontal_flip": True, "crop_scale": [0.5, 1.0]}
 CLASSES, PER_CLASS, SIDE = 3, 30, 16

@@ -9,10 +9,10 @@ import paddle
 import pytest
 
 from quantgate.config import DataConfig, TrainConfig
+from quantgate.models.models import DigitsCNN
 from quantgate.stages.data import prepare_data
 from quantgate.stages.train.errors import ResumeMismatch, WarmStartMismatch
 from quantgate.stages.train.loop import train
-from quantgate.stages.train.models import DigitsCNN
 from quantgate.stages.train.outputs import INIT_FROM, STEPS_FILE, WEIGHTS_FILE
 from quantgate.stages.train.warm_start import InitWeights, read_state_dict, start_from
 

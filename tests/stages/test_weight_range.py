@@ -6,10 +6,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from quantgate.stages.convert.lower_int8 import lower_int8
-from quantgate.stages.convert.onnx_ops import runtime_op_counts
-from quantgate.stages.convert.weight_range import onnxruntime_weight_bits, reduce_weight_range
-from quantgate.stages.data.reading import open_data
+from quantgate.int8.lower_int8 import lower_int8
+from quantgate.int8.onnx_ops import runtime_op_counts
+from quantgate.int8.weight_range import onnxruntime_weight_bits, reduce_weight_range
+from quantgate.samples.reading import open_data
 from tests.support.pattern_nets import pattern_model
 
 

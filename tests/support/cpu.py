@@ -11,7 +11,7 @@ assert a pass, need the instructions.
 
 The cause was found in the second session of issue 26: without VNNI/AMX, onnxruntime's u8 x s8 kernels add
 pairs of products in 16 bits and saturate. The pipeline now lowers with 7-bit weights there
-(`stages/convert/weight_range.py`), and the flow tests that failed for it (the digits search's path, a policy
+(`quantgate/int8/weight_range.py`), and the flow tests that failed for it (the digits search's path, a policy
 naming its failing criteria, the OCR bundles) pass on an AVX2-only CPU without this mark. What keeps it: the
 imported recognizer still loses 1 of its 16 test lines there (the test allows none), and tests that lower at
 8 bits on purpose (the ConvSym/QGEMM comparison, the search driven directly) still see the saturation.
@@ -19,8 +19,8 @@ imported recognizer still loses 1 of its 16 test lines there (the test allows no
 
 import pytest
 
-from quantgate.stages.convert.weight_range import INT8_DOT_PRODUCT_FLAGS
-from quantgate.stages.evaluate.cpu import cpu_record
+from quantgate.int8.weight_range import INT8_DOT_PRODUCT_FLAGS
+from quantgate.runtimes.cpu import cpu_record
 
 
 def has_int8_dot_product() -> bool:

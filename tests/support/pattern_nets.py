@@ -131,8 +131,8 @@ def pattern_model(pattern: str, folder: Path, seed: int = 0) -> PatternModel:
     import paddle
     from paddleslim.quant import quant_post_static
 
-    from quantgate.stages.convert.onnx_export import to_onnx
-    from quantgate.stages.shared.static_graph import static_mode
+    from quantgate.int8.onnx_conversion import to_onnx
+    from quantgate.int8.static_graph import static_mode
 
     fp32, int8 = folder / "fp32", folder / "int8"
     fp32.mkdir(parents=True)

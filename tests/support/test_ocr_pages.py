@@ -10,14 +10,27 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from support.ocr_samples import (ctc_greedy, missing_characters, paddleocr_models, predictor, resize_norm_pad,
-                                 run_predictor)
 
 from quantgate.cli import main
-from quantgate.demo.pages import (BOX_MARGIN_PX, CALIBRATION_FILE, LINES_PER_PAGE, TEST_FILE, render_pages,
-                                  write_demo_dataset, write_det_label_file)
+from quantgate.demo.pages import (
+    BOX_MARGIN_PX,
+    CALIBRATION_FILE,
+    LINES_PER_PAGE,
+    TEST_FILE,
+    render_pages,
+    write_demo_dataset,
+    write_det_label_file,
+)
 from quantgate.demo.text import DemoError
 from quantgate.stages.data.det_labels import check_inside, read_box_label_file
+from support.ocr_samples import (
+    ctc_greedy,
+    missing_characters,
+    paddleocr_models,
+    predictor,
+    resize_norm_pad,
+    run_predictor,
+)
 
 PAGES = 24  # eight of each kind
 DET_MEAN, DET_STD = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])  # PaddleOCR's det normalize
@@ -133,8 +146,9 @@ def test_demo_pages_command_writes_pages_and_both_label_files(tmp_path, capsys):
 def detector(model_dir: Path):
     """PP-OCRv4's detector in Paddle Inference on the CPU, as `predictor` makes the recognizer, but without oneDNN:
     its conv2d_transpose breaks this detector."""
-    import quantgate  # noqa: F401  (sets FLAGS_enable_pir_api=0 before paddle loads: the program is legacy format)
     from paddle import inference
+
+    import quantgate  # noqa: F401  (sets FLAGS_enable_pir_api=0 before paddle loads: the program is legacy format)
 
     config = inference.Config(str(model_dir / "inference.pdmodel"), str(model_dir / "inference.pdiparams"))
     config.disable_gpu()

@@ -5,9 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from support.ocr_samples import (LINE_HEIGHT, MAX_LINE_WIDTH, financial_text, missing_characters, paddleocr_models,
-                                 read_directions, read_lines, render_direction_lines, render_financial_lines,
-                                 upper_amount, write_label_file)
+from support.ocr_samples import (
+    LINE_HEIGHT,
+    MAX_LINE_WIDTH,
+    financial_text,
+    missing_characters,
+    paddleocr_models,
+    read_directions,
+    read_lines,
+    render_direction_lines,
+    render_financial_lines,
+    upper_amount,
+    write_label_file,
+)
 
 
 @pytest.fixture(scope="module")

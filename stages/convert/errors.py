@@ -1,7 +1,0 @@
-"""The convert stage's error."""
-
-from quantgate.stages.shared.errors import StageError
-
-
-class ConversionError(StageError):
-    """paddle2onnx produced no model, or one that fails onnx.checker, or the INT8 lowering went wrong."""
