@@ -11,7 +11,7 @@ decision, else the version's own record (which a publish that re-judged the run 
 
 from pathlib import Path
 
-from quantgate.stages.gate.outputs import CRITERIA, PASSED
+from quantgate.gate_record import CRITERIA, PASSED
 
 from .errors import ArtifactCorrupt, ArtifactError
 from .layout import DECISIONS_DIR

@@ -8,31 +8,27 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from quantgate.artifacts import (
-    LATEST,
-    RELEASE,
-    ArtifactError,
-    ArtifactExists,
     ArtifactStore,
     CheckpointRef,
     StageRef,
     VersionRef,
     open_store,
 )
-from quantgate.artifacts.decisions import EVALUATE_DIGEST
-from quantgate.artifacts.errors import AliasMoved
-from quantgate.artifacts.names import version_number
 from quantgate.config import GatePolicy, PipelineConfig
-from quantgate.errors import Rejected
-from quantgate.flows.duel import current_release, score_release_now
-from quantgate.flows.report import publish_report
+from quantgate.flows.duel import score_release_now
+from quantgate.flows.publishing import (
+    provenance,
+    publish_judged,
+    published,
+    record_error,
+    rejudged,
+)
 from quantgate.flows.system import OCR_SYSTEM, run_system
 from quantgate.flows.tasks import (
     SOURCE,
@@ -52,32 +48,16 @@ from quantgate.flows.tasks import (
 from quantgate.flows.trust import check_trusted_factory, running_from_deployment
 from quantgate.flows.warm_start import resolve_warm_start
 from quantgate.policy.release_duel import release_criteria
-from quantgate.policy.runtimes import RUNTIMES, gate_runtimes, runtime_headlines, with_criterion, with_verdicts
+from quantgate.policy.runtimes import RUNTIMES, gate_runtimes, runtime_headlines
 from quantgate.settings import resolve_store_root
-from quantgate.stages.data.outputs import FINGERPRINT, PREPROCESSING
 from quantgate.stages.evaluate import check_runtimes
 from quantgate.stages.evaluate.outputs import TASK, headline_keys
-from quantgate.stages.gate import Criterion
-from quantgate.stages.gate.outputs import PASSED, RELEASE_DUEL
 from quantgate.stages.quantize.outputs import SEARCH
 from quantgate.stages.source import check_trained_model
 from quantgate.stages.source.outputs import INPUT_SPEC, ORIGIN, OUTPUT_SPEC, PARAMETERS, TRAINED_HERE
 from quantgate.stages.train.outputs import AMP, ARCHITECTURE, SCALER
 from quantgate.tasks import CLASSIFICATION
 from quantgate.terminal import RUN_LOGGER
-
-
-class GateFailed(Rejected):
-    """The INT8 model did not meet the release policy; `criteria` holds every failed rule (exit 1)."""
-
-    def __init__(self, model: str, version: str, criteria: list[str]):
-        self.model = model
-        self.version = version
-        self.criteria = list(criteria)
-        super().__init__(
-            f"release gate failed for {model}/{version}: " + "; ".join(self.criteria)
-            + ". The version is kept for inspection and 'release' was not moved."
-        )
 
 
 def version_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str, StageRef]) -> dict:
@@ -105,117 +85,30 @@ def version_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str,
     }
 
 
-def provenance(manifests: dict[str, dict], config: PipelineConfig) -> dict:
-    """What every version record says besides its verdict: the data, the pre-processing, each stage's time and
-    reuse, and the config."""
-    return {
-        "data_fingerprint_sha256": manifests["data"]["metrics"][FINGERPRINT],
-        "preprocessing": manifests["data"]["metrics"].get(PREPROCESSING),
-        "stage_seconds": {stage: manifest["duration_s"] for stage, manifest in manifests.items()},
-        "reused": {stage: manifest["reused_from"]["version"] for stage, manifest in manifests.items()
-                   if manifest.get("reused_from")},
-        "config": config.model_dump(mode="json"),
-    }
+def scored_release_criteria(store: ArtifactStore, version: VersionRef, record: dict, policy: GatePolicy):
+    """How the release flow judges a version against a newer release: the release is scored on this version's
+    test samples (flows/duel.py), then judged on the paired numbers in every runtime."""
 
+    def criteria_against(release: str | None, problem: str) -> tuple[list, dict]:
+        runtimes, primary = gate_runtimes(record["gate"])
+        task = (record.get("metrics") or {}).get(TASK) or CLASSIFICATION
+        with tempfile.TemporaryDirectory() as scratch:
+            evidence = score_release_now(store, store.stage_ref(version, "data"),
+                                         store.stage_ref(version, "evaluate"), release, Path(scratch), problem)
+            return release_criteria(policy, evidence, runtimes, primary, task)
 
-def record_error(store: ArtifactStore, version: VersionRef, config: PipelineConfig, exc: Exception) -> None:
-    """Mark the version as errored, so it never looks complete; keep what its stages committed.
-
-    The exception gets `version_ref`, so the CLI can say where the run's log and record are.
-    """
-    exc.version_ref = version
-    try:
-        store.finalize_version(
-            version, {"status": "error", "error": f"{type(exc).__name__}: {exc}", "config": config.model_dump(mode="json")}
-        )
-        exc.add_note(f"version {version.model}/{version.version} is recorded with status 'error' in "
-                     f"{store.version_location(version)}")
-    except ArtifactExists:
-        pass  # publish finalized it before failing; that record stands
-    except ArtifactError as record_failed:  # e.g. the disk is still full: the version stays 'incomplete'
-        exc.add_note(f"version {version.model}/{version.version} stays incomplete ({record_failed})")
-
-
-def rejudged(store: ArtifactStore, version: VersionRef, record: dict, policy: GatePolicy, release: str | None,
-             problem: str = "") -> dict:
-    """`record` with the criteria against the release judged against `release` as it is now, if the gate saw
-    another: the new release is scored on this version's test samples (flows/duel.py), then judged on the
-    paired numbers in every runtime. `problem`: why the release alias could not be read.
-
-    The gate read `release` long before publishing; another run may have moved it since. A passing
-    run is judged again against the new release; if that fails, the record says "failed", carries
-    the new criteria and says why, and `release` stays where it is.
-    """
-    gate_record = record["gate"]
-    judged = (gate_record.get(RELEASE_DUEL) or {}).get("version")
-    if record["status"] != "passed" or (judged == release and not problem):
-        return record
-    runtimes, primary = gate_runtimes(gate_record)
-    task = (record.get("metrics") or {}).get(TASK) or CLASSIFICATION
-    with tempfile.TemporaryDirectory() as scratch:
-        evidence = score_release_now(store, store.stage_ref(version, "data"), store.stage_ref(version, "evaluate"),
-                                     release, Path(scratch), problem)
-        fresh, summary = release_criteria(policy, evidence, runtimes, primary, task)
-    note = f"judged again: release moved from {judged or 'none'} to {release or 'none'} after this run's gate read it"
-    fresh = [replace(c, note=f"{c.note}; {note}" if c.note else note) for c in fresh]
-    gate_record = {**with_criterion(gate_record, *fresh), RELEASE_DUEL: summary, "rejudged": note}
-    passed = gate_record[PASSED]
-    # The per-runtime verdicts follow the criteria they summarise.
-    runtimes_record = {RUNTIMES: with_verdicts(record[RUNTIMES], gate_record)} if RUNTIMES in record else {}
-    return {**record, **runtimes_record, "gate": gate_record, "status": "passed" if passed else "failed"}
+    return criteria_against
 
 
 def publish_record(store: ArtifactStore, version: VersionRef, record: dict, policy: GatePolicy) -> dict:
     """Finalize the version with `record` and move `latest` and `release`; return the record as finalized.
 
     `release` is read and, if it moved since the gate read it, the new release is scored and the record
-    judged again (`rejudged`), all outside the alias lock (scoring takes seconds); see `publish_judged`.
+    judged again (`publishing.rejudged`), all outside the alias lock (scoring takes seconds); see `publish_judged`.
     """
-    return publish_judged(store, version, lambda release, problem: rejudged(store, version, record, policy, release,
-                                                                            problem))
-
-
-def publish_judged(store: ArtifactStore, version: VersionRef, judge: Callable[[str | None, str], dict]) -> dict:
-    """Finalize the version with `judge(release, problem)`'s record and move `latest` and `release`.
-
-    `judge` gets `release` as read now (and why it could not be read) and returns the record judged against
-    it, outside the alias lock. Under the model's alias lock `release` is read again: if it moved meanwhile,
-    the lock is let go and the loop judges the newer one; otherwise the version is finalized, `latest` moved
-    unless it already names a newer version, and `release` moved (compare-and-set) only if the record passes.
-    """
-    finalized = False
-    while True:
-        release_seen, problem = current_release(store, version.model)
-        judged = judge(release_seen, problem)
-        try:
-            with store.alias_moves(version.model) as moves:
-                release_now = moves.current(RELEASE)
-                if release_now != release_seen and not problem:
-                    continue  # moved while this run scored it: score the newer one, outside the lock
-                if not finalized:
-                    store.finalize_version(version, judged)
-                    finalized = True
-                else:  # judged again after another worker's move: the newest decision is what counts
-                    store.record_decision(version, rejudged_decision(store, version, judged))
-                latest = moves.current(LATEST)
-                if latest is None or version_number(latest) < version_number(version.version):
-                    moves.move(LATEST, version.version, reason=f"run finished: gate {judged['status']}")
-                if judged["status"] == "passed":
-                    moves.move(RELEASE, version.version, reason="gate passed", expected_previous=release_now)
-        except AliasMoved:
-            # Only a shared store (S3) has no lock to hold: another worker's move committed between this
-            # block's read and its own commit. Read `release` again, judge again, and try again.
-            continue
-        return judged
-
-
-def rejudged_decision(store: ArtifactStore, version: VersionRef, judged: dict) -> dict:
-    """The decision a publish records when it judged its version again after the record was finalized."""
-    decision = {"gate": judged.get("gate", {}), "status": judged["status"],
-                "why": "judged again at publish: another worker moved an alias after this version was finalized"}
-    if "evaluate" in store.version_record(version).get("stages", {}):
-        decision[EVALUATE_DIGEST] = store.finalized_stage_ref(version, "evaluate").manifest_sha256
-    return decision
+    criteria_against = scored_release_criteria(store, version, record, policy)
+    return publish_judged(store, version, lambda release, problem: rejudged(record, release, problem,
+                                                                            criteria_against))
 
 
 @task(name="publish", retries=0, cache_policy=NO_CACHE)
@@ -258,7 +151,7 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
     artifact_store = open_store(root)
     if config.task == OCR_SYSTEM:  # stored components judged end to end: nothing is trained or quantized
         version, record, refs = run_system(config, root, reuse)
-        return _published(artifact_store, version, record, refs)
+        return published(artifact_store, version, record, refs)
     check_trusted_factory(config.train.architecture, running_from_deployment())  # before anything imports it
     check_runtimes(config.evaluate.runtimes)  # a runtime that is not installed fails now, not after training
     warm_start = resolve_warm_start(artifact_store, config, resume, running_from_deployment())  # train.init_from
@@ -296,16 +189,4 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
         except Exception as exc:
             record_error(artifact_store, version, config, exc)
             raise
-    return _published(artifact_store, version, record, refs)
-
-
-def _published(artifact_store: ArtifactStore, version: VersionRef, record: dict, refs: dict[str, StageRef]) -> str:
-    """Publish the run's report as a Prefect artifact; raise GateFailed unless the gate passed."""
-    publish_report(version, record, artifact_store.alias(version.model, RELEASE),
-                   artifact_store.verify_stage(refs["report"]))
-    if record["status"] != "passed":
-        failed = [Criterion(**criterion) for criterion in record["gate"]["criteria"] if not criterion["passed"]]
-        failure = GateFailed(version.model, version.version, [criterion.describe() for criterion in failed])
-        failure.version_ref = version
-        raise failure
-    return version.version
+    return published(artifact_store, version, record, refs)

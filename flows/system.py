@@ -18,9 +18,12 @@ from quantgate.artifacts import RELEASE, ArtifactError, ArtifactStore, StageRef,
 from quantgate.config import DataConfig, GatePolicy, PipelineConfig
 from quantgate.errors import BadInput
 from quantgate.flows.code_version import code_digest
-from quantgate.flows.tasks import FILE_HASH_STATE, STAGE_TASK, run_stage
+from quantgate.flows.publishing import provenance, publish_judged, record_error, rejudged
+from quantgate.flows.stage_runs import STAGE_TASK, run_stage
+from quantgate.flows.tasks import FILE_HASH_STATE
 from quantgate.ocr.combos import CLASSIFIER, COMPONENT_TASKS, DETECTOR, RECOGNIZER
-from quantgate.policy.runtimes import RUNTIMES, runtime_headlines, with_criterion
+from quantgate.policy.criterion import Criterion
+from quantgate.policy.runtimes import RUNTIMES, runtime_headlines
 from quantgate.stages.convert.outputs import FP32_FILE
 from quantgate.stages.data import HashState, prepare_data
 from quantgate.stages.data.outputs import DATASET_FILE
@@ -274,8 +277,6 @@ def system_report_task(store_root: str, version: VersionRef, evaluate: StageRef,
 
 def system_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str, StageRef]) -> dict:
     """The system version's final record: as every version's, plus the components it is made of."""
-    from quantgate.flows.release import provenance
-
     manifests = {stage: store.read_manifest(ref) for stage, ref in refs.items()}
     gate, evaluation = manifests["gate"]["metrics"], manifests["evaluate"]["metrics"]
     return {
@@ -288,37 +289,32 @@ def system_record(store: ArtifactStore, config: PipelineConfig, refs: dict[str, 
     }
 
 
-def _rejudged(store: ArtifactStore, version: VersionRef, record: dict, refs: dict[str, StageRef],
-              policy: GatePolicy, release: str | None) -> dict:
-    """`record` judged against `release` as it is now, if the gate saw another (reads are stored: no model runs)."""
-    from quantgate.stages.system import judge_system
+def stored_release_criteria(store: ArtifactStore, version: VersionRef, refs: dict[str, StageRef], policy: GatePolicy):
+    """How the system flow judges a version against a newer release: both systems' stored reads of this version's
+    pages, paired (no model runs); the release-regression criteria of every runtime."""
 
-    judged = ((record["gate"].get("release_duel") or {}).get("version"))
-    if record["status"] != "passed" or judged == release:
-        return record
-    metrics = store.read_manifest(refs["evaluate"])["metrics"]
-    pairs = release_pairs(store, version.model, release, store.verify_stage(refs["evaluate"]), metrics,
-                          store.verify_stage(refs["data"]))
-    fresh = judge_system(policy, metrics, pairs, release)
-    note = f"judged again: release moved from {judged or 'none'} to {release or 'none'} after this run's gate read it"
-    moved = [c for c in fresh["criteria"] if c["name"].endswith(RELEASE_REGRESSION)]
-    from quantgate.stages.gate import Criterion
+    def criteria_against(release: str | None, _problem: str) -> tuple[list[Criterion], dict | None]:
+        from quantgate.stages.system import judge_system
 
-    gate = with_criterion(record["gate"], *(Criterion(**{**c, "note": f"{c['note']}; {note}"}) for c in moved))
-    gate = {**gate, "release_duel": fresh["release_duel"], "rejudged": note}
-    return {**record, "gate": gate, "status": "passed" if gate["passed"] else "failed"}
+        metrics = store.read_manifest(refs["evaluate"])["metrics"]
+        pairs = release_pairs(store, version.model, release, store.verify_stage(refs["evaluate"]), metrics,
+                              store.verify_stage(refs["data"]))
+        fresh = judge_system(policy, metrics, pairs, release)
+        moved = [Criterion(**c) for c in fresh["criteria"] if c["name"].endswith(RELEASE_REGRESSION)]
+        return moved, fresh["release_duel"]
+
+    return criteria_against
 
 
 @task(name="publish", retries=0, cache_policy=None)
 def system_publish_task(store_root: str, version: VersionRef, config: PipelineConfig, refs: dict) -> dict:
     """Finalize the version and move `latest`, and `release` (compare-and-set) only if the gate still passes
     against the release as it is when the move is made."""
-    from quantgate.flows.release import publish_judged
-
     store = open_store(store_root)
     record = system_record(store, config, refs)
-    judged = publish_judged(store, version, lambda release, _: _rejudged(store, version, record, refs, config.gate,
-                                                                         release))
+    criteria_against = stored_release_criteria(store, version, refs, config.gate)
+    # The system's publish judges against the release as read; an unreadable alias is judged as none.
+    judged = publish_judged(store, version, lambda release, _: rejudged(record, release, "", criteria_against))
     if judged["status"] == "passed":
         get_run_logger().info("release -> %s/%s", version.model, version.version)
     return judged
@@ -331,7 +327,6 @@ def run_system(config: PipelineConfig, root: str, reuse: bool = True) -> tuple[V
         SystemProblem: the components cannot make a system (before a version exists).
         RuntimeUnavailable: a listed runtime is not installed (before a version exists).
     """
-    from quantgate.flows.release import record_error
     from quantgate.stages.evaluate import check_runtimes
 
     check_runtimes(config.evaluate.runtimes)

@@ -1,11 +1,8 @@
-"""Prefect tasks: each runs one stage into the store and hands the next task a verified StageRef.
+"""Prefect tasks: each runs one stage into the store (`stage_runs.run_stage`) and hands the next task a verified
+StageRef.
 
-Tasks pass store references (paths and manifest digests), never arrays, models or sessions.
-Every input is re-hashed by the store before a stage reads it. Stages are deterministic, so
-a retry would only repeat a failure: no retries; and no Prefect cache, because a version is a
-fresh record of one run. Reuse across runs is keyed on content, in the store: a stage whose
-input digest (config, code version, libraries, device, input contents) matches a committed
-stage of any earlier version is committed from that stage's verified files instead of rerun.
+Tasks pass store references (paths and manifest digests), never arrays, models or sessions; each says what of its
+config and inputs decides the stage's output (its reuse key) and which stage function does the work.
 """
 
 from __future__ import annotations
@@ -14,12 +11,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import paddle
 from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
 
 from quantgate.artifacts import ArtifactStore, CheckpointRef, StageRef, VersionRef, open_store
-from quantgate.artifacts.reuse import reuse_note
 from quantgate.config import (
     ConvertConfig,
     DataConfig,
@@ -40,12 +34,10 @@ from quantgate.flows.duel import (
     stored_duel,
 )
 from quantgate.flows.evidence import gate_evidence
-from quantgate.flows.stage_logs import library_output, stage_lines, stage_logs_to_prefect
+from quantgate.flows.stage_runs import STAGE_TASK, run_stage
 from quantgate.flows.warm_start import INIT_DIGEST, WarmStart, read_init_weights
 from quantgate.int8.lower_int8 import Lowering
-from quantgate.int8.weight_range import WeightBits, onnxruntime_weight_bits
-from quantgate.runtimes.cpu import cpu_record
-from quantgate.stages.convert import convert
+from quantgate.stages.convert import convert, this_cpus_weight_bits
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, OPSET, PADDLE2ONNX_INT8_FILE
 from quantgate.stages.data import (
     BoxPlan,
@@ -84,54 +76,8 @@ from quantgate.stages.train.outputs import (
     WEIGHTS_FILE,
 )
 
-STAGE_TASK = {"retries": 0, "cache_policy": NO_CACHE}
 FILE_HASH_STATE = "file-hashes"  # the store's cache kind holding the data stage's file-hash state
 SOURCE = SOURCE_OUTPUTS.stage
-
-
-def stage_environment(stage: str) -> dict:
-    """What decides a stage's output besides its config and inputs: its code and the device it runs on."""
-    return {"code_sha256": code_digest(stage), "device": paddle.device.get_device()}
-
-
-def run_stage(
-    store_root: str,
-    version: VersionRef,
-    stage: str,
-    config: dict,
-    inputs: dict[str, StageRef],
-    work: Callable[[dict[str, Path], Path], object],
-    reuse: bool = True,
-    environment: dict | Callable[[], dict] | None = None,
-    digest_config: dict | None = None,
-) -> StageRef:
-    """Reuse an earlier identical stage, or verify the inputs, run `work(input_dirs, out_dir)` in a
-    staging folder and commit it; return the committed stage's ref.
-
-    `environment` adds what else decides the output to the input digest (e.g. a resumed checkpoint); a
-    callable is called once the stage's line is shown (e.g. scanning an image folder takes a while).
-    `digest_config` is what of `config` goes into the digest when `config` records more (where the data
-    stage read its files); the manifest records `config`.
-    """
-    store = open_store(store_root)
-    with stage_lines(stage) as outcome:
-        extra = environment() if callable(environment) else environment or {}
-        digest = store.input_digest(stage, config if digest_config is None else digest_config, inputs,
-                                    {**stage_environment(stage), **extra})
-        source = store.find_reusable(version.model, stage, digest) if reuse else None
-        if source is not None:
-            ref = store.reuse_stage(version, stage, config, inputs, source, digest)
-            outcome["note"] = reuse_note(source, digest)
-            get_run_logger().info("%s: %s", stage, outcome["note"])
-            return ref
-        # Verified right before use: nothing pickle-based is loaded from bytes the manifest does not vouch for.
-        input_dirs = {name: store.verify_stage(ref) for name, ref in inputs.items()}
-        with (stage_logs_to_prefect(), library_output(store, version, stage),
-              store.write_stage(version, stage, config, inputs, input_digest=digest) as writer):
-            result = work(input_dirs, writer.dir)
-            writer.metrics.update(result.metrics)
-    get_run_logger().info("%s: computed, committed %s (inputs digest %s…)", stage, writer.ref.path, digest[:12])
-    return writer.ref
 
 
 def check_calibration_size(store_root: str, data: StageRef, config: QuantizeConfig) -> None:
@@ -339,11 +285,6 @@ def convert_task(store_root: str, version: VersionRef, exported: StageRef, quant
         lambda dirs, out: convert(dirs["export"], dirs["quantize"], MODEL_FILE, PARAMS_FILE, out, weight_bits,
                                   config.hardswish_grids), reuse,
     )
-
-
-def this_cpus_weight_bits() -> WeightBits:
-    """How many bits the INT8 weights keep for onnxruntime on this machine's CPU."""
-    return onnxruntime_weight_bits(cpu_record()["flags"])
 
 
 @task(name="evaluate", **STAGE_TASK)

@@ -49,6 +49,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from quantgate.int8.affine_graph import RANGES, AffineGraph, drop_chain, grid_of, rewire, set_grid
 from quantgate.int8.onnx_ops import copied_node, drop_unused_initializers
 
 # A rounded zero point shifts every value of the tensor the same way: unlike rounding noise, that offset adds up
@@ -59,7 +60,6 @@ MAX_SHIFT_STEPS = 0.05
 # A rebuilt grid (after a HardSwish, see the module doc) may be at most this much coarser than PaddleSlim's.
 MAX_STEP_GROWTH = 0.05
 HARDSWISH_MIN = -0.375  # hardswish(x) = x * relu6(x + 3) / 6 is smallest at x = -1.5
-RANGES = {onnx.TensorProto.UINT8: (0, 255), onnx.TensorProto.INT8: (-128, 127)}
 
 
 @dataclass
@@ -80,109 +80,22 @@ class AbsorbedAffines:
                 "max_regrid_step_ratio": round(self.max_regrid_step_ratio, 4), "kept": self.kept}
 
 
-class _Graph:
-    """Readers, producers and scalar constants of a graph, kept current as affines are removed."""
-
-    def __init__(self, graph: onnx.GraphProto, nodes: list[onnx.NodeProto]):
-        # `nodes` is the one list of node objects used throughout: protobuf may hand out a new Python
-        # object on every access to graph.node, so identity is only meaningful within one list.
-        self.graph = graph
-        self.constants = {init.name: init for init in graph.initializer}
-        self.outputs = {output.name for output in graph.output}
-        self.readers: dict[str, list[onnx.NodeProto]] = {}
-        for node in nodes:
-            for name in node.input:
-                self.readers.setdefault(name, []).append(node)
-
-    def scalar(self, name: str) -> float | None:
-        init = self.constants.get(name)
-        if init is None:
-            return None
-        values = numpy_helper.to_array(init)
-        return float(values.ravel()[0]) if values.size == 1 and values.dtype == np.float32 else None
-
-    def only_reader(self, tensor: str) -> onnx.NodeProto | None:
-        readers = self.readers.get(tensor, [])
-        return readers[0] if len(readers) == 1 and tensor not in self.outputs else None
-
-    def affine_operand(self, node: onnx.NodeProto, tensor: str) -> float | None:
-        """The scalar constant `node` (Mul or Add) combines `tensor` with, or None."""
-        if len(node.input) != 2 or tensor not in node.input:
-            return None
-        other = node.input[1] if node.input[0] == tensor else node.input[0]
-        return self.scalar(other)
-
-    def affine_after(self, tensor: str) -> tuple[list[onnx.NodeProto], float, float]:
-        """The chain Mul(a)? -> Add(b)? reading `tensor` alone: its nodes, a and b."""
-        chain, a, b = [], 1.0, 0.0
-        reader = self.only_reader(tensor)
-        if reader is not None and reader.op_type == "Mul" and (value := self.affine_operand(reader, tensor)) is not None:
-            chain.append(reader)
-            a, tensor = value, reader.output[0]
-            reader = self.only_reader(tensor)
-        if reader is not None and reader.op_type == "Add" and (value := self.affine_operand(reader, tensor)) is not None:
-            chain.append(reader)
-            b = value
-        return chain, a, b
-
-    def new_constant(self, like: str, values: np.ndarray, suffix: str) -> str:
-        name = f"{like}_{suffix}"
-        while name in self.constants:
-            name += "_"
-        init = numpy_helper.from_array(values, name)
-        self.graph.initializer.append(init)
-        self.constants[name] = init
-        return name
-
-
-def _grid(graph: _Graph, node: onnx.NodeProto) -> tuple[float, int, int] | None:
-    """A per-tensor Q/DQ node's scale, zero point and zero point type."""
-    if len(node.input) < 3 or node.input[1] not in graph.constants or node.input[2] not in graph.constants:
-        return None
-    scale, zero_point = (numpy_helper.to_array(graph.constants[name]) for name in node.input[1:3])
-    data_type = graph.constants[node.input[2]].data_type
-    if scale.size != 1 or zero_point.size != 1 or data_type not in RANGES:
-        return None
-    return float(scale.ravel()[0]), int(zero_point.ravel()[0]), data_type
-
-
-def _set_grid(graph: _Graph, node: onnx.NodeProto, scale: float, zero_point: int, data_type: int) -> None:
-    dtype = onnx.helper.tensor_dtype_to_np_dtype(data_type)
-    node.input[1] = graph.new_constant(node.input[1], np.array(scale, np.float32), "absorbed")
-    node.input[2] = graph.new_constant(node.input[2], np.array(zero_point, dtype), "absorbed")
-
-
-def _rewire(graph: _Graph, old: str, new: str) -> None:
-    for reader in graph.readers.pop(old, []):
-        for index, name in enumerate(reader.input):
-            if name == old:
-                reader.input[index] = new
-        graph.readers.setdefault(new, []).append(reader)
-
-
-def _drop(graph: _Graph, chain: list[onnx.NodeProto], removed: set[int]) -> None:
-    for node in chain:
-        removed.add(id(node))
-        for name in node.input:
-            graph.readers[name] = [reader for reader in graph.readers.get(name, []) if reader is not node]
-
-
 def absorb_scalar_affines(model: onnx.ModelProto, hardswish_grids: bool = False) -> AbsorbedAffines:
     """Fold scalar Mul/Add chains into the per-tensor DequantizeLinear before or QuantizeLinear after them, in place;
     with `hardswish_grids`, an affine after a HardSwish that qualifies for neither gets a grid of its own."""
     nodes = list(model.graph.node)
-    graph, result, removed = _Graph(model.graph, nodes), AbsorbedAffines(), set()
+    graph, result, removed = AffineGraph(model.graph, nodes), AbsorbedAffines(), set()
     producers = {output: node for node in nodes for output in node.output}
     for node in nodes:
-        if id(node) in removed or node.op_type != "DequantizeLinear" or (grid := _grid(graph, node)) is None:
+        if id(node) in removed or node.op_type != "DequantizeLinear" or (grid := grid_of(graph, node)) is None:
             continue
         chain, a, b = graph.affine_after(node.output[0])
         if not chain:
             continue
         scale, zero_point, data_type = grid
         if a > 0 and _into_convolution(graph, node, a, b, producers):
-            _drop(graph, chain, removed)
-            _rewire(graph, chain[-1].output[0], node.output[0])
+            drop_chain(graph, chain, removed)
+            rewire(graph, chain[-1].output[0], node.output[0])
             result.into_convolution += 1
             continue
         exact = zero_point - b / (a * scale)
@@ -190,14 +103,14 @@ def absorb_scalar_affines(model: onnx.ModelProto, hardswish_grids: bool = False)
         if (reason := _refusal(a, exact, low, high)) is not None:
             result.kept.append(f"{chain[0].name}: {reason}")
             continue
-        _set_grid(graph, node, a * scale, int(round(exact)), data_type)
-        _drop(graph, chain, removed)
-        _rewire(graph, chain[-1].output[0], node.output[0])
+        set_grid(graph, node, a * scale, int(round(exact)), data_type)
+        drop_chain(graph, chain, removed)
+        rewire(graph, chain[-1].output[0], node.output[0])
         result.after_dequantize += 1
         result.max_zero_point_shift_steps = max(result.max_zero_point_shift_steps, abs(exact - round(exact)))
     producers = {output: node for node in nodes if id(node) not in removed for output in node.output}
     for node in nodes:
-        if id(node) in removed or node.op_type != "QuantizeLinear" or (grid := _grid(graph, node)) is None:
+        if id(node) in removed or node.op_type != "QuantizeLinear" or (grid := grid_of(graph, node)) is None:
             continue
         chain = _affine_before(graph, producers, node.input[0])
         if not chain:
@@ -220,8 +133,8 @@ def absorb_scalar_affines(model: onnx.ModelProto, hardswish_grids: bool = False)
         if reason is not None:
             result.kept.append(f"{chain[0].name}: {reason}")
             continue
-        _set_grid(graph, node, scale / a, int(round(exact)), data_type)
-        _drop(graph, chain, removed)
+        set_grid(graph, node, scale / a, int(round(exact)), data_type)
+        drop_chain(graph, chain, removed)
         graph.readers.setdefault(source, []).append(node)
         node.input[0] = source
         result.before_quantize += 1
@@ -233,7 +146,7 @@ def absorb_scalar_affines(model: onnx.ModelProto, hardswish_grids: bool = False)
     return result
 
 
-def _into_convolution(graph: _Graph, dequantize: onnx.NodeProto, a: float, b: float,
+def _into_convolution(graph: AffineGraph, dequantize: onnx.NodeProto, a: float, b: float,
                       producers: dict[str, onnx.NodeProto]) -> bool:
     """Fold `a * x + b` after Conv -> Q -> DQ into the convolution, exactly: b / a joins its int32 bias (before the
     output's rounding, so no offset is left), a scales the output grid, and the grid's window moves with the
@@ -247,8 +160,8 @@ def _into_convolution(graph: _Graph, dequantize: onnx.NodeProto, a: float, b: fl
     bias_dq = _own_int32_bias(graph, producers, conv)
     if bias_dq is None or len(bias_dq.input) > 2:
         return False
-    grid = _grid(graph, quantize)
-    if grid is None or _grid(graph, dequantize) != grid:
+    grid = grid_of(graph, quantize)
+    if grid is None or grid_of(graph, dequantize) != grid:
         return False
     scale, zero_point, data_type = grid
     bias = numpy_helper.to_array(graph.constants[bias_dq.input[0]]).astype(np.float64)
@@ -259,12 +172,12 @@ def _into_convolution(graph: _Graph, dequantize: onnx.NodeProto, a: float, b: fl
     low, high = RANGES[data_type]
     window = int(np.clip(zero_point - round(b / a / scale), low, high))
     bias_dq.input[0] = graph.new_constant(bias_dq.input[0], shifted.astype(np.int32), "affine")
-    _set_grid(graph, quantize, scale, window, data_type)
-    _set_grid(graph, dequantize, a * scale, window, data_type)
+    set_grid(graph, quantize, scale, window, data_type)
+    set_grid(graph, dequantize, a * scale, window, data_type)
     return True
 
 
-def _rounding_into_convolutions(graph: _Graph, producers: dict[str, onnx.NodeProto], quantize: onnx.NodeProto,
+def _rounding_into_convolutions(graph: AffineGraph, producers: dict[str, onnx.NodeProto], quantize: onnx.NodeProto,
                                 grid: tuple, offset: float) -> bool:
     """Make up `offset` (what a rounded zero point takes off every value of `quantize`'s tensor, as its readers
     dequantize it) in the int32 bias of each convolution that reads it: exact where no convolution pads (a pad
@@ -274,7 +187,7 @@ def _rounding_into_convolutions(graph: _Graph, producers: dict[str, onnx.NodePro
         return False
     updates = []
     for dequantize in graph.readers.get(quantize.output[0], []):
-        if dequantize.op_type != "DequantizeLinear" or _grid(graph, dequantize) != grid:
+        if dequantize.op_type != "DequantizeLinear" or grid_of(graph, dequantize) != grid:
             return False
         for conv in graph.readers.get(dequantize.output[0], []):
             update = _bias_shift(graph, producers, conv, dequantize.output[0], offset)
@@ -288,7 +201,7 @@ def _rounding_into_convolutions(graph: _Graph, producers: dict[str, onnx.NodePro
     return True
 
 
-def _bias_shift(graph: _Graph, producers: dict[str, onnx.NodeProto], conv: onnx.NodeProto, tensor: str,
+def _bias_shift(graph: AffineGraph, producers: dict[str, onnx.NodeProto], conv: onnx.NodeProto, tensor: str,
                 offset: float):
     """(bias DequantizeLinear, new int32 bias) adding `offset` · Σ weights to an unpadded conv reading `tensor`."""
     attributes = {attribute.name: onnx.helper.get_attribute_value(attribute) for attribute in conv.attribute}
@@ -308,7 +221,7 @@ def _bias_shift(graph: _Graph, producers: dict[str, onnx.NodeProto], conv: onnx.
     return None if np.abs(shifted).max() >= 2**31 else (bias_dq, shifted.astype(np.int32))
 
 
-def _hardswish_regrid(graph: _Graph, producers: dict[str, onnx.NodeProto], quantize: onnx.NodeProto, source: str,
+def _hardswish_regrid(graph: AffineGraph, producers: dict[str, onnx.NodeProto], quantize: onnx.NodeProto, source: str,
                       a: float, b: float, grid: tuple) -> tuple[float, float, float] | None:
     """For `a * hardswish(x) + b` quantized by `quantize`: (y's new step, the zero point x's grid then takes, new step
     over PaddleSlim's), with every DequantizeLinear reading `quantize` moved to y's new grid; None, changing
@@ -317,7 +230,7 @@ def _hardswish_regrid(graph: _Graph, producers: dict[str, onnx.NodeProto], quant
     if hardswish is None or hardswish.op_type != "HardSwish" or quantize.output[0] in graph.outputs or b == 0:
         return None
     readers = graph.readers.get(quantize.output[0], [])
-    if not readers or any(reader.op_type != "DequantizeLinear" or _grid(graph, reader) != grid for reader in readers):
+    if not readers or any(reader.op_type != "DequantizeLinear" or grid_of(graph, reader) != grid for reader in readers):
         return None
     scale, zero_point, data_type = grid
     low, high = RANGES[data_type]
@@ -338,7 +251,7 @@ def _hardswish_regrid(graph: _Graph, producers: dict[str, onnx.NodeProto], quant
     if any(bias is None for bias in biases):
         return None
     for reader in readers:
-        _set_grid(graph, reader, step, y_zero, data_type)
+        set_grid(graph, reader, step, y_zero, data_type)
     # a fused QLinearConv needs its bias on the x_scale * w_scale grid
     for bias_dq, values, bias_scale in filter(None, biases):
         bias_dq.input[0] = graph.new_constant(bias_dq.input[0], values, "regrid")
@@ -346,7 +259,7 @@ def _hardswish_regrid(graph: _Graph, producers: dict[str, onnx.NodeProto], quant
     return step, float(x_zero), step / scale
 
 
-def _rescaled_bias(graph: _Graph, producers: dict[str, onnx.NodeProto], conv: onnx.NodeProto, tensor: str,
+def _rescaled_bias(graph: AffineGraph, producers: dict[str, onnx.NodeProto], conv: onnx.NodeProto, tensor: str,
                    ratio: float):
     """(bias DequantizeLinear, int32 bias, its scale): `conv`'s bias on the grid of its input's scale times
     `ratio`; () for a conv without a bias; None where `conv` reads `tensor` as a weight or its bias is not an
@@ -364,7 +277,7 @@ def _rescaled_bias(graph: _Graph, producers: dict[str, onnx.NodeProto], conv: on
     return None if np.abs(rescaled).max() >= 2**31 else (bias_dq, rescaled.astype(np.int32), new_scale)
 
 
-def _own_int32_bias(graph: _Graph, producers: dict[str, onnx.NodeProto], conv: onnx.NodeProto):
+def _own_int32_bias(graph: AffineGraph, producers: dict[str, onnx.NodeProto], conv: onnx.NodeProto):
     """The DequantizeLinear of `conv`'s bias if it dequantizes constant int32 values read by `conv` alone, else None."""
     bias_dq = producers.get(conv.input[2]) if len(conv.input) > 2 and conv.input[2] else None
     if bias_dq is None or bias_dq.op_type != "DequantizeLinear" \
@@ -386,7 +299,7 @@ def _refusal(a: float, zero_point: float, low: int, high: int) -> str | None:
     return None
 
 
-def _affine_before(graph: _Graph, producers: dict[str, onnx.NodeProto], tensor: str) -> list[onnx.NodeProto]:
+def _affine_before(graph: AffineGraph, producers: dict[str, onnx.NodeProto], tensor: str) -> list[onnx.NodeProto]:
     """The chain Mul(a)? -> Add(b)? that produces `tensor`, each output read by the next node alone."""
     chain: list[onnx.NodeProto] = []
     for op_type in ("Add", "Mul"):
@@ -401,7 +314,7 @@ def _affine_before(graph: _Graph, producers: dict[str, onnx.NodeProto], tensor: 
     return chain
 
 
-def _coefficients(graph: _Graph, chain: list[onnx.NodeProto]) -> tuple[float, float]:
+def _coefficients(graph: AffineGraph, chain: list[onnx.NodeProto]) -> tuple[float, float]:
     a, b = 1.0, 0.0
     for node in chain:
         value = next(graph.scalar(name) for name in node.input if graph.scalar(name) is not None)

@@ -27,6 +27,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from quantgate.runtimes.cpu import cpu_record
+
 INT8_DOT_PRODUCT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 REDUCED_LOW, REDUCED_HIGH = -64, 63
 
@@ -43,7 +45,7 @@ class WeightBits:
 
 
 def onnxruntime_weight_bits(cpu_flags: list[str] | tuple[str, ...]) -> WeightBits:
-    """7 on an x86 CPU with AVX2 and none of VNNI/AMX (`cpu_flags` as `evaluate.cpu.cpu_record` lists them), else 8."""
+    """7 on an x86 CPU with AVX2 and none of VNNI/AMX (`cpu_flags` as `runtimes.cpu.cpu_record` lists them), else 8."""
     found = [flag for flag in INT8_DOT_PRODUCT_FLAGS if flag in cpu_flags]
     if found:
         return WeightBits(8, f"this CPU sums INT8 products in 32 bits ({', '.join(found)})")
@@ -51,6 +53,12 @@ def onnxruntime_weight_bits(cpu_flags: list[str] | tuple[str, ...]) -> WeightBit
         return WeightBits(7, "this CPU has AVX2 but no VNNI/AMX: onnxruntime's u8 x s8 kernels add pairs of products "
                              "in 16 bits and saturate with 8-bit weights (onnxruntime's reduce_range)")
     return WeightBits(8, "no AVX2 reported: onnxruntime does not take its AVX2 INT8 kernels here")
+
+
+def this_cpus_weight_bits() -> WeightBits:
+    """How many bits the INT8 weights keep for onnxruntime on this machine's CPU (the quantize stage rounds to
+    that grid, the convert stage lowers with it; both keep it in their reuse keys)."""
+    return onnxruntime_weight_bits(cpu_record()["flags"])
 
 
 def reduce_weight_range(model: onnx.ModelProto) -> int:

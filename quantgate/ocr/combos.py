@@ -10,14 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from itertools import product
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from quantgate.ocr.matching import compare_systems, system_scores
-
-if TYPE_CHECKING:  # engine imports this module for the names
-    from quantgate.ocr.engine import PageRead
+from quantgate.ocr.reads import PageRead
 
 DETECTOR, CLASSIFIER, RECOGNIZER = "detector", "classifier", "recognizer"
 COMPONENTS = (DETECTOR, CLASSIFIER, RECOGNIZER)  # in the order a page passes through them, and names spell them

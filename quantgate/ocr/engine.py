@@ -25,6 +25,7 @@ from PIL import Image
 from quantgate.config import TransformsConfig
 from quantgate.ocr.combos import CLASSIFIER, DETECTOR, RECOGNIZER, check_combo, combo_name
 from quantgate.ocr.crops import crop_line, reading_order, rec_width
+from quantgate.ocr.reads import LineRead, PageRead
 from quantgate.progress import Progress
 from quantgate.runtimes.forms import ModelForm, Runner, check_runtimes, model_forms, open_runner
 from quantgate.samples.image_folders import preprocess
@@ -127,35 +128,6 @@ class RecognizerSpec:
 
     def input_shape(self) -> tuple[int, int, int, int]:
         return (1, *self.transforms.rec_image_shape)
-
-
-@dataclass(frozen=True)
-class LineRead:
-    """One line a system read: its box in page pixels, the text, and the recognizer's confidence."""
-
-    points: np.ndarray  # [4, 2] int64 (x, y), clockwise from the top-left
-    text: str
-    score: float  # mean over the decoded steps of the step's highest probability (PaddleOCR's rec score)
-    flipped: bool  # the classifier turned the crop by 180 degrees
-
-
-@dataclass(frozen=True)
-class PageRead:
-    """What a system read on one page, in reading order, and how long each part took (ms, wall time)."""
-
-    lines: tuple[LineRead, ...]
-    detection_ms: float  # page input, detector, DB post-processing, box filtering and reading order
-    crops_ms: float  # cutting the crops straight and classifying their direction
-    recognition_ms: float  # the crops' recognizer input, the recognizer and CTC decoding
-    total_ms: float  # the whole page (the three parts, plus ordering and bookkeeping)
-    boxes: int  # boxes kept after detection, before drop_score
-    squeezed: int  # crops wider than the recognizer's input, squeezed to its width
-    flipped: int  # crops the classifier turned
-    dropped: int  # lines read with a confidence below drop_score, left out of `lines`
-
-    def pairs(self) -> list[tuple[np.ndarray, str]]:
-        """The lines as `matching` takes them: [(points, text)]."""
-        return [(line.points, line.text) for line in self.lines]
 
 
 def _softmax(scores: np.ndarray) -> np.ndarray:

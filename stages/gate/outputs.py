@@ -1,11 +1,10 @@
 """What the gate stage writes: every criterion with its measured value, threshold and verdict."""
 
+from quantgate.gate_record import CRITERIA as CRITERIA  # the store reads these two keys
+from quantgate.gate_record import PASSED as PASSED
 from quantgate.stages.shared.outputs import StageOutputs
 
 GATE_FILE = "gate.json"
-
-PASSED = "passed"
-CRITERIA = "criteria"
 # The criteria against the current release, judged per runtime on the duel's paired samples; publish judges
 # them again if `release` moved meanwhile. The CER one for text recognition only.
 RELEASE_REGRESSION = "release_regression_pts"

@@ -40,15 +40,6 @@ from quantgate.stages.shared.digests import arrays_sha256 as weights_sha256  # t
 from quantgate.stages.train import amp
 from quantgate.stages.train.errors import DistributedTrainingFailed, RankDataMismatch
 from quantgate.stages.train.grad_step import BufferSnapshot, apply_update
-from quantgate.stages.train.loop import (
-    DivergenceWatch,
-    TrainResult,
-    _check_finite,
-    build_training_model,
-    data_records,
-    model_records,
-    reference_logits,
-)
 from quantgate.stages.train.losses import TaskLoss, loss_for
 from quantgate.stages.train.op_precision import op_precision_record, operator_stats
 from quantgate.stages.train.outputs import (
@@ -58,6 +49,15 @@ from quantgate.stages.train.outputs import (
     REFERENCE_LOGITS_FILE,
     STEPS_FILE,
     WEIGHTS_FILE,
+)
+from quantgate.stages.train.parts import (
+    DivergenceWatch,
+    TrainResult,
+    build_training_model,
+    check_finite,
+    data_records,
+    model_records,
+    reference_logits,
 )
 from quantgate.stages.train.scaler_accounting import STEP_COLUMNS, ScalerAccounting
 
@@ -344,7 +344,7 @@ def run_worker(config: TrainConfig, data_dir: Path, data_digest: str, num_worker
     averaged = _average_running_statistics(worker.model, worker.world_size)
 
     weights, weights_source = amp.float32_state(worker.model, worker.optimizer)
-    _check_finite(weights, config.learning_rate)
+    check_finite(weights, config.learning_rate)
     result = {
         "rank": worker.rank,
         "world_size": worker.world_size,

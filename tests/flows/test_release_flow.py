@@ -6,7 +6,8 @@ import pytest
 from prefect.exceptions import ParameterTypeError
 
 from quantgate.artifacts import RUN_LOG_FILE, ArtifactStore
-from quantgate.flows.release import GateFailed, release
+from quantgate.flows.publishing import GateFailed
+from quantgate.flows.release import release
 from quantgate.stages import PIPELINE as STAGES
 from quantgate.stages.quantize.ptq import QuantizationError
 

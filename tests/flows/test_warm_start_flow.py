@@ -12,7 +12,8 @@ import pytest
 from quantgate.artifacts import RELEASE, ArtifactStore
 from quantgate.cli import main
 from quantgate.config import validate_config
-from quantgate.flows.release import GateFailed, release
+from quantgate.flows.publishing import GateFailed
+from quantgate.flows.release import release
 from quantgate.flows.warm_start import WarmStartRefused, resolve_warm_start
 from quantgate.stages.train.outputs import INIT_FROM, STEPS_FILE, WEIGHTS_FILE
 

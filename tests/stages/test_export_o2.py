@@ -17,7 +17,7 @@ from quantgate.models.models import build_model
 from quantgate.samples.reading import open_data
 from quantgate.stages.export.inference_model import export
 from quantgate.stages.train import amp
-from quantgate.stages.train.loop import reference_logits
+from quantgate.stages.train.parts import reference_logits
 
 
 @pytest.fixture()

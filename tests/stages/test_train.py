@@ -6,7 +6,8 @@ import pytest
 
 from quantgate.config import TrainConfig
 from quantgate.stages.train.errors import TooManySkippedSteps, TrainingDiverged
-from quantgate.stages.train.loop import DivergenceWatch, _check_finite, train
+from quantgate.stages.train.loop import train
+from quantgate.stages.train.parts import DivergenceWatch, check_finite
 
 
 def test_steps_record_loss_and_loss_scale(stage_dirs):
@@ -84,7 +85,7 @@ def test_nan_in_every_image_skips_every_step_and_fails_at_once(stage_dirs, tmp_p
 
 def test_non_finite_weights_are_an_error():
     with pytest.raises(TrainingDiverged, match=r"non-finite weights in \['b'\] \(learning_rate=0.1\)"):
-        _check_finite({"a": np.zeros(2, np.float32), "b": np.array([1.0, np.inf], np.float32)}, 0.1)
+        check_finite({"a": np.zeros(2, np.float32), "b": np.array([1.0, np.inf], np.float32)}, 0.1)
 
 
 def test_training_scalars_are_readable_by_visualdl(stage_dirs):
