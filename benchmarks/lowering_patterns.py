@@ -11,9 +11,9 @@ convert stage's lowering is run again with its backbone rewrites switched on one
   + affines            scalar affines (PP-LCNetV3's learnable affine blocks) folded into the grids beside them
   + integer_hardswish  HardSwish as QLinearAdd + QLinearMul
   + 7-bit weights      conv/matmul weights in [-64, 63] (the convert stage's choice on x86 CPUs without
-                       VNNI/AMX, whose u8 x s8 kernels saturate with 8-bit weights: convert/weight_range.py)
+                       VNNI/AMX, whose u8 x s8 kernels saturate with 8-bit weights: quantgate/int8/weight_range.py)
   + hardswish grids    8-bit weights; an affine after HardSwish that no other absorption takes gets a grid of
-                       its own with an exact zero point (convert/affine_absorption.py), timed against
+                       its own with an exact zero point (quantgate/int8/affine_absorption.py), timed against
                        + integer_hardswish: the convert stage's default on VNNI/AMX CPUs
   ort_quantize_static  peer: onnxruntime's own quantize_static (QDQ, per channel, u8/s8, MinMax), same lines
 

@@ -77,7 +77,7 @@ def choose_runtime(bundle: VerifiedBundle, runtime: str | None, precision: str) 
 
 def weight_bits_note(bundle: VerifiedBundle, runtime: str, precision: str) -> str | None:
     """A warning when onnxruntime's INT8 model has 8-bit weights and this CPU's INT8 kernels saturate with them
-    (`convert.weight_range`): the gate measured it on a CPU that sums in 32 bits, and this one computes otherwise."""
+    (`int8.weight_range`): the gate measured it on a CPU that sums in 32 bits, and this one computes otherwise."""
     if runtime != "onnxruntime" or precision != "int8" or MODEL_CARD_JSON not in bundle.manifest["files"]:
         return None
     quantization = bundle.read_json(MODEL_CARD_JSON).get("quantization") or {}

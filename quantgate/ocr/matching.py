@@ -8,7 +8,7 @@ read (ignored: not a line to find, and a box on it is no mistake). A system's re
 A ground-truth line is found when one read box overlaps it with polygon IoU >= the threshold (0.5), and read when
 that box's text equals the transcription exactly. Boxes are paired one to one, greedily from the highest IoU, so two
 boxes on one line give one match and one spurious box. This is an end-to-end score, not the detection metric:
-quantgate/tasks/det_metrics.py keeps PaddleOCR's DetMetric rules (IoU > 0.5, pairs in label order) for that.
+quantgate/quantgate/tasks/det_metrics.py keeps PaddleOCR's DetMetric rules (IoU > 0.5, pairs in label order) for that.
 """
 
 from __future__ import annotations

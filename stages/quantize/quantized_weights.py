@@ -1,7 +1,7 @@
 """The quantized weights of PaddleSlim's INT8 program, their grids, and 7-bit weights rounded from FP32.
 
 On an x86 CPU with AVX2 and no VNNI/AMX the convert stage lowers conv/matmul weights to [-64, 63]
-(`convert/weight_range.py`). Halving PaddleSlim's 8-bit codes there rounds twice: w/s = 2.6 is code 3,
+(`quantgate/int8/weight_range.py`). Halving PaddleSlim's 8-bit codes there rounds twice: w/s = 2.6 is code 3,
 and 3/2 = 1.5 rounds to 2, where the 7-bit grid's nearest point is 1. Over uniform rounding errors that is
 1.75x the error power of rounding once (1/48 + 1/8 against 1/12 of a step squared); on PP-OCRv4 rec it cost
 3.5 points of line accuracy on 1,001 lines (94.61 % halved, 98.10 % rounded once, FP32 99.40 %).
