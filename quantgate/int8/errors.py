@@ -1,4 +1,4 @@
-"""The convert stage's error."""
+"""The INT8 graph's error: paddle2onnx produced nothing usable, or the lowering went wrong."""
 
 from quantgate.errors import StageError
 

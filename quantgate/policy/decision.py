@@ -1,4 +1,4 @@
-"""Gate stage: decide, criterion by criterion, whether the INT8 model may be released.
+"""The release decision: criterion by criterion, whether the INT8 model may be released.
 
 The gate fails closed: a metric that is missing, not a finite number, or stale (it does not
 belong to this version's inputs) fails its criterion. A criterion that cannot apply (no

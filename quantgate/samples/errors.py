@@ -1,4 +1,4 @@
-"""The data stage's error: each message names the folder, file or setting and the fix."""
+"""The errors of reading and recording samples: each message names the folder, file or setting and the fix."""
 
 from quantgate.errors import BadInput, StageError
 
