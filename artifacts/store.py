@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
-from . import checkpoints, locks, paths, reading, releases, reuse, run_log, versions
+from . import checkpoints, holders, locks, paths, reading, releases, reuse, run_log, versions
 from .aliases import read_alias
 from .audit import read_log
 from .cache import ContentCache
@@ -98,6 +98,7 @@ class ArtifactStore:
         `fsck` reports an unfinalized version nobody holds as interrupted, one that is held as running.
         """
         fd = locks.hold(Path(self._existing(version_ref).path))
+        holders.record_owner(fd)  # so fsck can name processes that outlive this run and still hold it
         try:
             yield
         finally:
