@@ -1,13 +1,15 @@
-"""The keeper: `python -m quantgate.keeper PID` ends PID's descendants once PID is gone (see lifetime.py).
+"""The keeper: `python -m quantgate.keeper PID TAG` ends PID's processes once PID is gone (see lifetime.py).
 
 It polls PID's process tree every POLL_S and remembers each descendant (by pid and start time, so a
 reused pid is never mistaken for one of the run's). When its own parent changes (PID died, however:
 SIGKILL, the OOM killer, a worker's cancellation, or a normal exit), it sends SIGTERM to every remembered
-process still alive and to their descendants, waits up to GRACE_S, then SIGKILLs what is left, and exits.
-After a normal exit there is nothing left to end, and the keeper exits within POLL_S.
+process still alive, to their descendants, and to every process whose environment holds the run's TAG
+(lifetime.RUN_TAG_ENV: a program started too briefly before the end for a poll to see it, then orphaned),
+waits up to GRACE_S, then SIGKILLs what is left, and exits. After a normal exit there is nothing left to
+end, and the keeper exits within POLL_S.
 
-A child started and orphaned within one poll can escape it; the children we start ourselves also ask
-the kernel to kill them (lifetime.die_with_parent), which has no such window.
+A forked child (no exec) shows its parent's environment as it was at the parent's start, without the tag:
+such children are the poll's, or ask the kernel themselves (lifetime.die_with_parent, DataLoader workers).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import sys
 import time
 
 import psutil
+
+from quantgate.lifetime import RUN_TAG_ENV
 
 POLL_S = 0.2
 GRACE_S = 2.0
@@ -31,7 +35,10 @@ def _descendants(process: psutil.Process) -> list[psutil.Process]:
 
 
 def _key(process: psutil.Process) -> tuple[int, float] | None:
+    """(pid, start time) of a process that runs; None once it exited (a zombie has exited: nothing to end)."""
     try:
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
         return process.pid, process.create_time()
     except psutil.Error:
         return None
@@ -52,6 +59,20 @@ def watch(run_pid: int) -> dict[tuple[int, float], psutil.Process]:
                 seen.setdefault(key, process)
         time.sleep(POLL_S)
     return seen
+
+
+def tagged(tag: str) -> list[psutil.Process]:
+    """Every process whose environment (as exec'd) holds RUN_TAG_ENV=`tag`; those of other users are unread."""
+    marker = f"{RUN_TAG_ENV}={tag}\0".encode()
+    found = []
+    for process in psutil.process_iter():
+        try:
+            with open(f"/proc/{process.pid}/environ", "rb") as environ:
+                if marker in environ.read():
+                    found.append(process)
+        except OSError:
+            continue
+    return found
 
 
 def still_running(remembered: dict[tuple[int, float], psutil.Process]) -> list[psutil.Process]:
@@ -90,8 +111,9 @@ def main(argv: list[str]) -> int:
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(number, signal.SIG_IGN)
     remembered = watch(int(argv[0]))
-    # A process ended now may have forked in between: a few rounds catch what the previous one missed.
+    # A process ended now may have started another in between: a few rounds catch what the previous one missed.
     for _ in range(3):
+        remembered.update({key: process for process in tagged(argv[1]) if (key := _key(process)) is not None})
         left = still_running(remembered)
         if not left:
             break

@@ -6,17 +6,19 @@ Two mechanisms, because neither covers everything alone:
   (prctl PR_SET_PDEATHSIG), then re-checks its parent, since the parent may have died between the
   fork and the prctl. It is instantaneous and cannot be missed, but only a child that runs our code can
   ask for it: commands we start (`dies_with_us`: the latency process, the training launcher), the
-  training ranks, Paddle's DataLoader workers (`DataLoaderWorkerInit`). Caveat (prctl(2)): the "parent" is the *thread* that forked the child. A child forked by
-  a thread that exits before it would be killed early, so every child here is started by, and waited for
-  in, the one call that needs it: a subprocess.run, a DataLoader loop.
+  training ranks, Paddle's DataLoader workers (`DataLoaderWorkerInit`).
+  Caveat (prctl(2)): the "parent" is the *thread* that forked the child, so a child forked by a thread
+  that exits before it would be killed early. Every child here is started by, and waited for in, the one
+  call that needs it (a subprocess.run, a DataLoader loop), so its thread outlives it.
 
-* The keeper (`keep_children`, quantgate/keeper.py): one small process per run that remembers the
-  run's descendants and, once the run's process is gone, ends them (SIGTERM, then SIGKILL) with their
-  own children. It covers what we cannot hook: Prefect's temporary server (Prefect starts uvicorn itself),
-  the ranks paddle.distributed.launch starts, anything a library starts, and a worker's flow-run process
-  killed by a cancellation or a pool's timeout.
+* The keeper (`keep_children`, quantgate/keeper.py): one small process per run that, once the run's
+  process is gone, ends (SIGTERM, then SIGKILL) the run's descendants it saw while polling the tree and
+  every process whose environment carries the run's tag (RUN_TAG_ENV, set before anything is started, so
+  every program started afterwards inherits it, whoever started it). It covers what we cannot hook:
+  Prefect's temporary server (Prefect starts uvicorn itself), anything a library starts, and a worker's
+  flow-run process killed by a cancellation or a pool's timeout.
 
-Linux only; elsewhere these do nothing (and say so in the keeper's absence, not by failing the run).
+Linux only; elsewhere these do nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -31,6 +34,9 @@ import threading
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 KEEPER_MODULE = "quantgate.keeper"
+RUN_TAG_ENV = "QUANTGATE_RUN_TAG"  # every program a run starts carries it; the keeper ends them by it
+# The pid of a command started through `dies_with_us`, for its own children's `die_with_parent()` re-check.
+WRAPPED_PID_ENV = "QUANTGATE_DIES_WITH"
 # A worker's flow-run process has this in its environment (set by Prefect's runner for `prefect.engine`).
 FLOW_RUN_ENV = "PREFECT__FLOW_RUN_ID"
 
@@ -41,12 +47,14 @@ _keeper_lock = threading.Lock()
 def die_with_parent(expected_parent: int | None = None) -> None:
     """Have the kernel SIGKILL this process when its parent dies; exit now if it already has.
 
-    `expected_parent`: the pid that started us (captured before the fork/spawn); without it, the parent
-    at the time of the call (then a parent that died before this call goes unnoticed; the keeper covers it).
-    Call it first thing in a child.
+    `expected_parent`: the pid that started us (captured before the fork/spawn); without it, the command
+    started through `dies_with_us` whose child this is (WRAPPED_PID_ENV: paddle.distributed.launch's ranks),
+    if any. Call it first thing in a child.
     """
     if not sys.platform.startswith("linux"):
         return
+    if expected_parent is None and os.environ.get(WRAPPED_PID_ENV, "").isdigit():
+        expected_parent = int(os.environ[WRAPPED_PID_ENV])
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
         return  # not fatal: the keeper still ends this process after its run
@@ -91,9 +99,10 @@ def keep_children() -> None:
     with _keeper_lock:
         if _keeper is not None and _keeper.poll() is None:
             return
+        tag = os.environ[RUN_TAG_ENV] = f"{os.getpid()}-{secrets.token_hex(8)}"
         # Its own session: a Ctrl-C or a group signal meant for the run must not end the keeper first. Started
         # from whichever thread: the keeper watches its parent process, not a thread.
-        _keeper = subprocess.Popen([sys.executable, "-m", KEEPER_MODULE, str(os.getpid())],
+        _keeper = subprocess.Popen([sys.executable, "-m", KEEPER_MODULE, str(os.getpid()), tag],
                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                    start_new_session=True)
 
@@ -106,6 +115,7 @@ def is_flow_run_process() -> bool:
 def _exec_dying_with(argv: list[str]) -> None:
     """`python -m quantgate.lifetime PARENT COMMAND...`: die with PARENT, then become COMMAND."""
     die_with_parent(int(argv[0]))
+    os.environ[WRAPPED_PID_ENV] = str(os.getpid())  # the command's pid once exec'd: its children re-check it
     os.execvp(argv[1], argv[1:])
 
 

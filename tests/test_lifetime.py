@@ -115,3 +115,20 @@ def test_the_wrapper_becomes_the_command_it_wraps():
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"  # exec'd: the command's own interpreter, nothing carried over
+
+
+def test_the_keeper_ends_a_program_the_run_started_and_orphaned_between_two_polls():
+    # The shell exits at once, so its `sleep` is reparented before any poll could see it in the run's tree;
+    # the run's tag in its environment still names it.
+    script = """
+import os, signal, subprocess
+import psutil
+from quantgate.lifetime import keep_children
+keep_children()
+orphan = int(subprocess.run(["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True).stdout)
+print(orphan, psutil.Process(orphan).create_time(), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    pid, started = done.stdout.split()
+    assert left_after([(int(pid), float(started))], 5.0) == []

@@ -122,3 +122,11 @@ def test_killed_in_evaluation_leaves_no_latency_child(tmp_path, prefect_home, im
                                  lambda found, store: "latency child" in kinds(found))
     assert "latency child" in kinds(members)
     assert survivors == [], f"outlived the run: {survivors}"
+
+
+def test_killed_in_data_parallel_training_leaves_no_launcher_or_ranks(tmp_path, prefect_home):
+    config = {"model_name": MODEL, "train": {"nproc": 2, "epochs": 200}}
+    members, survivors = kill_at(tmp_path, prefect_home, config,
+                                 lambda found, store: kinds(found).count("training rank") == 2)
+    assert "training launcher" in kinds(members)
+    assert survivors == [], f"outlived the run: {survivors}"
