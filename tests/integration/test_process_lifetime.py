@@ -68,8 +68,8 @@ def start_run(tmp_path: Path, prefect_home: Path, config: dict) -> tuple[subproc
     return process, store
 
 
-def committed(store: Path, stage: str) -> bool:
-    return (store / MODEL / "versions" / "v1" / stage / "manifest.json").exists()
+def committed(store: Path, stage: str, model: str = MODEL) -> bool:
+    return (store / model / "versions" / "v1" / stage / "manifest.json").exists()
 
 
 def kill_at(tmp_path: Path, prefect_home: Path, config: dict, ready, timeout_s: float = 240) -> tuple[list, list]:
