@@ -43,10 +43,28 @@ def flow_run_process(worker_pid: int, timeout_s: float) -> psutil.Process:
         time.sleep(0.2)
 
 
-@pytest.mark.parametrize("ending", ["cancelled", "cancelled-own-command", "sigkill"])
+def data_parallel(found: list, store, model: str) -> bool:
+    return kinds(found).count("training rank") == 2
+
+
+def training_with_workers(found: list, store, model: str) -> bool:
+    return committed(store, "data", model) and not committed(store, "train", model) and WORKER in kinds(found)
+
+
+# (how the run ends, its config, the moment it is ended at)
+ENDINGS = {
+    "cancelled": (lambda images: image_folder_config(images, epochs=200), training_with_workers),
+    # SIGTERM to the flow-run process alone: subprocess.run kills the launcher it waits for, not the ranks.
+    "cancelled-own-command": (lambda images: {"train": {"nproc": 2, "epochs": 200}}, data_parallel),
+    "sigkill": (lambda images: image_folder_config(images, epochs=200), training_with_workers),
+}
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
 def test_a_flow_run_ended_on_the_worker_leaves_none_of_its_processes(server, worker, images, ending):  # noqa: F811
     model = f"shapes-{ending}"
-    config = {**image_folder_config(images, epochs=200), "model_name": model}
+    make_config, moment = ENDINGS[ending]
+    config = {**make_config(images), "model_name": model}
     extra = ["--job-variable", OWN_COMMAND] if ending == "cancelled-own-command" else []
     started = prefect(server, "deployment", "run", "release/on-demand", "--params", json.dumps({"config": config}),
                       *extra)
@@ -54,8 +72,7 @@ def test_a_flow_run_ended_on_the_worker_leaves_none_of_its_processes(server, wor
     store, members = server.store, []
     try:
         engine = flow_run_process(worker.pid, 180)
-        members = wait_for(engine, lambda found: committed(store, "data", model)
-                           and not committed(store, "train", model) and WORKER in kinds(found), 240,
+        members = wait_for(engine, lambda found: moment(found, store, model), 240,
                            lambda: tail(server.folder / "worker.log"))
         ended = time.monotonic()
         if ending == "sigkill":
