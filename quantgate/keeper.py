@@ -1,12 +1,14 @@
 """The keeper: `python -m quantgate.keeper PID TAG` ends PID's processes once PID is gone (see lifetime.py).
 
 It polls PID's process tree every POLL_S and remembers each descendant (by pid and start time, so a
-reused pid is never mistaken for one of the run's). When its own parent changes (PID died, however:
-SIGKILL, the OOM killer, a worker's cancellation, or a normal exit), it sends SIGTERM to every remembered
-process still alive, to their descendants, and to every process whose environment holds the run's TAG
-(lifetime.RUN_TAG_ENV: a program started too briefly before the end for a poll to see it, then orphaned),
-waits up to GRACE_S, then SIGKILLs what is left, and exits. After a normal exit there is nothing left to
-end, and the keeper exits within POLL_S.
+reused pid is never mistaken for one of the run's); seldom, since a poll costs CPU time the run's latency
+measurements share, and the kernel wakes it when its parent dies (PR_SET_PDEATHSIG with SIGUSR1, which only
+wakes it: the parent is then re-checked, as that signal also comes when the *thread* that started the keeper
+ends). When its own parent changes (PID died, however: SIGKILL, the OOM killer, a worker's cancellation, or a
+normal exit), it sends SIGTERM to every remembered process still alive, to their descendants, and to every
+process whose environment holds the run's TAG (lifetime.RUN_TAG_ENV: a program started too briefly before the
+end for a poll to see it, then orphaned), waits up to GRACE_S, then SIGKILLs what is left, and exits. After a
+normal exit there is nothing left to end, and the keeper exits at once.
 
 A forked child (no exec) shows its parent's environment as it was at the parent's start, without the tag:
 such children are the poll's, or ask the kernel themselves (lifetime.die_with_parent, DataLoader workers).
@@ -14,17 +16,18 @@ such children are the poll's, or ask the kernel themselves (lifetime.die_with_pa
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import sys
-import time
 
 import psutil
 
-from quantgate.lifetime import RUN_TAG_ENV
+from quantgate.lifetime import PR_SET_PDEATHSIG, RUN_TAG_ENV
 
-POLL_S = 0.2
+POLL_S = 1.0
 GRACE_S = 2.0
+WAKE_UP = signal.SIGUSR1
 
 
 def _descendants(process: psutil.Process) -> list[psutil.Process]:
@@ -57,7 +60,7 @@ def watch(run_pid: int) -> dict[tuple[int, float], psutil.Process]:
             key = _key(process)
             if key is not None and process.pid != me:
                 seen.setdefault(key, process)
-        time.sleep(POLL_S)
+        signal.sigtimedwait([WAKE_UP], POLL_S)
     return seen
 
 
@@ -110,6 +113,8 @@ def main(argv: list[str]) -> int:
     # The run's terminal or group signals are for the run: the keeper leaves when the run is gone, not before.
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(number, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, [WAKE_UP])  # kept pending for sigtimedwait, never delivered
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, WAKE_UP, 0, 0, 0)
     remembered = watch(int(argv[0]))
     # A process ended now may have started another in between: a few rounds catch what the previous one missed.
     for _ in range(3):
