@@ -110,8 +110,8 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 
 def test_the_wrapper_becomes_the_command_it_wraps():
-    done = subprocess.run([sys.executable, "-m", "quantgate.lifetime", str(os.getpid()),
-                           sys.executable, "-c", "import sys; print(sorted(m for m in sys.modules if m.startswith('quantgate')))"],
+    listing = "import sys; print(sorted(m for m in sys.modules if m.startswith('quantgate')))"
+    done = subprocess.run([sys.executable, "-m", "quantgate.lifetime", str(os.getpid()), sys.executable, "-c", listing],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"  # exec'd: the command's own interpreter, nothing carried over

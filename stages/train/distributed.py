@@ -145,7 +145,8 @@ def train_data_parallel(config: TrainConfig, data_dir: Path, out_dir: Path, num_
                    data.digest, "--num-workers", str(num_workers), "--out", str(out_dir)]
     command = launch_command(config.nproc, launch_dir / "logs", worker_args)
     started = time.perf_counter()
-    finished = subprocess.run(dies_with_us(command), capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    finished = subprocess.run(dies_with_us(command), capture_output=True, text=True,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
     seconds = time.perf_counter() - started
     (launch_dir / "launcher.log").write_text(finished.stdout + finished.stderr)
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from cli_runs import quantgate_executable
-from process_trees import end_all, kill_and_survivors, kinds, tree, wait_for
+from process_trees import end_all, kill_and_survivors, kinds, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "stages"))
 from folder_images import write_image_folder  # noqa: E402
