@@ -34,6 +34,7 @@ from .fsck_entries import (
     special,
     split_lock_files,
 )
+from .holders import leftover_problems
 from .layout import (
     ALIASES_DIR,
     AUDIT_FILE,
@@ -252,7 +253,7 @@ def _check_record(store: ArtifactStore, model: str, version_dir: Path, manifests
     root, record_path = store.root, version_dir / VERSION_RECORD
     if lstat_mode(record_path) is None:
         if store.version_is_running(model, version_dir.name):
-            return []  # a run is writing this version right now
+            return leftover_problems(root, version_dir)  # none while the run writing it lives
         return [Problem("incomplete-version", rel(root, version_dir),
                         f"no {VERSION_RECORD}: the run was interrupted; its committed stages stay reusable, "
                         "it can never be aliased, and it is kept", severity="warning")]

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import checkpoints, locks, paths, reading, reuse, run_log, versions
+from . import checkpoints, holders, locks, paths, reading, reuse, run_log, versions
 from .cache import ContentCache
 from .checkpoints import (
     CheckpointRef,
@@ -95,6 +95,7 @@ class ArtifactStore(AliasesAndDecisions):
         `fsck` reports an unfinalized version nobody holds as interrupted, one that is held as running.
         """
         fd = locks.hold(Path(self._existing(version_ref).path))
+        holders.record_owner(fd)  # so fsck can name processes that outlive this run and still hold it
         try:
             yield
         finally:

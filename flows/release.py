@@ -47,6 +47,7 @@ from quantgate.flows.tasks import (
 )
 from quantgate.flows.trust import check_trusted_factory, running_from_deployment
 from quantgate.flows.warm_start import resolve_warm_start
+from quantgate.lifetime import is_flow_run_process, keep_children
 from quantgate.policy.release_duel import release_criteria
 from quantgate.policy.runtimes import RUNTIMES, gate_runtimes, runtime_headlines
 from quantgate.settings import resolve_store_root
@@ -147,6 +148,8 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
         UntrustedFactory: a run from a deployment names a `module:factory` the worker does not trust.
         ModelProblem: `config.trained_model` cannot be gated as given (before a version exists).
     """
+    if is_flow_run_process():  # a worker's process for this run only: what it starts ends with it
+        keep_children()
     root = str(resolve_store_root(store))
     artifact_store = open_store(root)
     if config.task == OCR_SYSTEM:  # stored components judged end to end: nothing is trained or quantized

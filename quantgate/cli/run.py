@@ -79,8 +79,10 @@ def handle(args: argparse.Namespace) -> int:
     store = open_store(store_root)  # refuses an unwritable root (or a missing bucket) before any training
     if args.resume:
         check_resume(store, config, args.resume)
+    from quantgate.lifetime import keep_children
     from quantgate.terminal import quiet_terminal
 
+    keep_children()  # this process is the run: whatever it starts (Prefect's server, workers) ends with it
     started = time.perf_counter()
     with quiet_terminal(args.verbose) as screen:
         try:

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from quantgate.errors import StageError
+from quantgate.lifetime import dies_with_us
 from quantgate.runtimes.forms import ModelForm, open_runner
 from quantgate.runtimes.runtime_onnxruntime import session  # noqa: F401  (others import it from here)
 from quantgate.stages.evaluate.outputs import BATCH1, ONNXRUNTIME, RUNTIME_NAMES
@@ -58,7 +59,7 @@ def measure_batch_sizes(models: dict[str, Path], batch: np.ndarray, batch_sizes:
                    "--batch", str(batch_file), "--threads", str(threads), "--repeats", str(repeats),
                    *[f"--batch-size={size}" for size in batch_sizes],
                    *[f"--int8={name}" for name in int8], *[f"{name}={path}" for name, path in models.items()]]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        done = subprocess.run(dies_with_us(command), capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise StageError(f"the latency measurement process ({' '.join(command[:3])}) failed with exit "
                          f"{done.returncode}; its error output:\n{done.stderr[-2000:]}")

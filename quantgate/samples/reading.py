@@ -27,6 +27,7 @@ import paddle
 
 from quantgate.artifacts import recorded_config
 from quantgate.config import AugmentConfig, TransformsConfig
+from quantgate.lifetime import DataLoaderWorkerInit
 from quantgate.samples.augment import augmented, image_rng
 from quantgate.samples.errors import DataError
 from quantgate.samples.file_table import FileRow, read_table
@@ -232,7 +233,8 @@ class StoredData:
         # lock deadlocks sending its first shared-memory batch (seen under gdb); pickled numpy batches
         # through a pipe never touch that allocator.
         loader = paddle.io.DataLoader(dataset, batch_sampler=_IndexBatches(index_batches), num_workers=num_workers,
-                                      use_shared_memory=False, return_list=True)
+                                      use_shared_memory=False, return_list=True,
+                                      worker_init_fn=DataLoaderWorkerInit() if num_workers else None)
         with _workers_sigchld_handler(num_workers > 0):
             for images, labels, rows, status in loader:  # Tensors, or DenseTensors in static mode: np.asarray reads both
                 status = np.asarray(status)

@@ -35,6 +35,7 @@ import paddle.distributed as dist
 
 from quantgate.config import TrainConfig
 from quantgate.errors import StageError
+from quantgate.lifetime import die_with_parent, dies_with_us
 from quantgate.samples.reading import StoredData, open_data
 from quantgate.stages.shared.digests import arrays_sha256 as weights_sha256  # the ranks' weights compared by it
 from quantgate.stages.train import amp
@@ -144,7 +145,8 @@ def train_data_parallel(config: TrainConfig, data_dir: Path, out_dir: Path, num_
                    data.digest, "--num-workers", str(num_workers), "--out", str(out_dir)]
     command = launch_command(config.nproc, launch_dir / "logs", worker_args)
     started = time.perf_counter()
-    finished = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    finished = subprocess.run(dies_with_us(command), capture_output=True, text=True,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
     seconds = time.perf_counter() - started
     (launch_dir / "launcher.log").write_text(finished.stdout + finished.stderr)
 
@@ -362,6 +364,7 @@ def run_worker(config: TrainConfig, data_dir: Path, data_digest: str, num_worker
 
 
 def main(argv: list[str] | None = None) -> None:
+    die_with_parent()  # a rank outlives neither its launcher nor, through it, the run
     parser = argparse.ArgumentParser(description="one rank of quantgate's data-parallel training")
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--data", type=Path, required=True, help="the data stage's folder")
