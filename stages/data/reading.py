@@ -234,12 +234,17 @@ class StoredData:
         loader = paddle.io.DataLoader(dataset, batch_sampler=_IndexBatches(index_batches), num_workers=num_workers,
                                       use_shared_memory=False, return_list=True)
         with _workers_sigchld_handler(num_workers > 0):
-            for images, labels, rows, status in loader:  # Tensors, or DenseTensors in static mode: np.asarray reads both
-                status = np.asarray(status)
-                if status.any():
-                    first = np.flatnonzero(status)[0]
-                    raise _changed(dataset, int(np.asarray(rows)[first]), int(status[first]))
-                yield np.asarray(images), np.asarray(labels)
+            batches = iter(loader)
+            try:
+                # Tensors, or DenseTensors in static mode: np.asarray reads both
+                for images, labels, rows, status in batches:
+                    status = np.asarray(status)
+                    if status.any():
+                        first = np.flatnonzero(status)[0]
+                        raise _changed(dataset, int(np.asarray(rows)[first]), int(status[first]))
+                    yield np.asarray(images), np.asarray(labels)
+            finally:
+                _stop_workers(batches)
 
     def batches(self, split: str, batch_size: int, num_workers: int = 0,
                 limit: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -255,6 +260,20 @@ class StoredData:
             labels = (0, self.max_text_length) if self.is_text else (0, 4) if self.is_detection else (0,)
             return np.zeros((0, *self.input_shape), np.float32), np.zeros(labels, np.int64)
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def _stop_workers(batches) -> None:
+    """Stop a DataLoader iterator's worker processes and reader thread now, even if it was left mid-way.
+
+    Paddle stops them only at the end of an epoch or in the iterator's `__del__`, which never comes while its
+    reader thread (whose target is the iterator's own method) is alive: a loop left by an exception (DataChanged)
+    or by a consumer that stopped early kept its workers and thread for the life of the process. A long process
+    (a worker serving runs, the test suite) then piled up forked copies of itself and forked new workers
+    beside those threads. Paddle has no public close; a single-process iterator has no workers to stop.
+    """
+    shutdown = getattr(batches, "_try_shutdown_all", None)
+    if shutdown is not None:
+        shutdown()
 
 
 _paddle_sigchld_handler = None  # Paddle's worker-checking SIGCHLD handler, once a DataLoader installed it
