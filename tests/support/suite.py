@@ -2,16 +2,17 @@
 
 One command runs it all on two cores (README, `.ci/run`):
 
-    .venv/bin/python -m pytest -n 2 --dist loadgroup --durations=25
+    .venv/bin/python -m pytest -n 2 --dist loadfile --durations=25
 
 - Markers (registered in pyproject.toml) are given here, by path and by fixture, so the test files stay as they
   are: `slow` (over ~30 s on a 2-core machine, measured: SLOW below), `real_model` (PaddleOCR's PP-OCRv4 models),
   `server` (a SeaweedFS or Prefect server process), `forks` (DataLoader workers or training ranks) and `exclusive`
   (a timing- or memory-sensitive test: while it runs the other xdist worker starts nothing).
-  `pytest -n 2 --dist loadgroup -m "not slow"` is the developer's loop.
-- A module is one xdist group: its module-scoped fixtures (a pipeline run, a model import) are made once, in one
-  worker. Session fixtures (the digits stages, the SeaweedFS server, the Prefect servers, the released store) are
-  made at most once per worker.
+  `pytest -n 2 --dist loadfile -m "not slow"` is the developer's loop.
+- A module runs whole on one worker (`--dist loadfile`): its module-scoped fixtures (a pipeline run, a model
+  import) are made once. Session fixtures (the digits stages, the SeaweedFS server, the Prefect servers, the
+  released store) are made at most once per worker. Not `--dist loadgroup`: pytest-xdist 3.8 marks a group by
+  rewriting `item._nodeid`, which pytest 9 no longer reads, so every test went its own way.
 - The modules that take longest are handed out first, so the two workers finish together.
 """
 
@@ -86,7 +87,6 @@ def _uses_server(item: pytest.Item, module: str) -> bool:
     return callspec is not None and callspec.params.get("spec") == "s3"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     real_models: dict[str, bool] = {}
     for item in items:
@@ -101,8 +101,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.forks)
         if module in EXCLUSIVE:
             item.add_marker(pytest.mark.exclusive)
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(module))
     # Longest modules first (a stable sort: a module's tests keep their order, modules of equal weight too).
     first_seen = {}
     for index, item in enumerate(items):
@@ -126,21 +124,23 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 
     Every test holds `running` shared, an exclusive one holds it exclusively. The `turnstile` is taken on the way
     in; an exclusive test keeps it until it ends, so a worker cannot slip new shared tests past one waiting.
+    POSIX record locks (lockf), not flock: a forked DataLoader worker does not inherit them, and the store's
+    tests count this process's flocks (tests/artifacts/test_locks.py).
     """
     folder = _lock_folder(item.config)
     if folder is None:
         return (yield)
     exclusive = item.get_closest_marker("exclusive") is not None
-    with open(folder / "turnstile", "a") as turnstile, open(folder / "running", "a") as running:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
+    with open(folder / "turnstile", "a+") as turnstile, open(folder / "running", "a+") as running:
+        fcntl.lockf(turnstile, fcntl.LOCK_EX)
         try:
-            fcntl.flock(running, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            fcntl.lockf(running, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         finally:
             if not exclusive:
-                fcntl.flock(turnstile, fcntl.LOCK_UN)
+                fcntl.lockf(turnstile, fcntl.LOCK_UN)
         try:
             return (yield)
         finally:
-            fcntl.flock(running, fcntl.LOCK_UN)
+            fcntl.lockf(running, fcntl.LOCK_UN)
             if exclusive:
-                fcntl.flock(turnstile, fcntl.LOCK_UN)
+                fcntl.lockf(turnstile, fcntl.LOCK_UN)
