@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["support.s3_fixtures"]
+pytest_plugins = ["support.s3_fixtures", "support.suite"]
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.pop("QUANTGATE_STORE", None)

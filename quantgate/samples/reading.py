@@ -18,7 +18,6 @@ import json
 import signal
 import threading
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -235,13 +234,17 @@ class StoredData:
         loader = paddle.io.DataLoader(dataset, batch_sampler=_IndexBatches(index_batches), num_workers=num_workers,
                                       use_shared_memory=False, return_list=True,
                                       worker_init_fn=DataLoaderWorkerInit() if num_workers else None)
-        with _workers_sigchld_handler(num_workers > 0):
-            for images, labels, rows, status in loader:  # Tensors, or DenseTensors in static mode: np.asarray reads both
+        batches = _start_workers(loader)
+        try:
+            # Tensors, or DenseTensors in static mode: np.asarray reads both
+            for images, labels, rows, status in batches:
                 status = np.asarray(status)
                 if status.any():
                     first = np.flatnonzero(status)[0]
                     raise _changed(dataset, int(np.asarray(rows)[first]), int(status[first]))
                 yield np.asarray(images), np.asarray(labels)
+        finally:
+            _stop_workers(batches)
 
     def batches(self, split: str, batch_size: int, num_workers: int = 0,
                 limit: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -259,32 +262,39 @@ class StoredData:
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
-_paddle_sigchld_handler = None  # Paddle's worker-checking SIGCHLD handler, once a DataLoader installed it
+def _stop_workers(batches) -> None:
+    """Stop a DataLoader iterator's worker processes and reader thread now, even if it was left mid-way.
 
-
-@contextmanager
-def _workers_sigchld_handler(active: bool) -> Iterator[None]:
-    """Paddle's SIGCHLD handler while this loader's workers run, the process's own disposition after.
-
-    Paddle installs a Python SIGCHLD handler with the first DataLoader that has workers and leaves it for
-    the life of the process; it then runs whenever any child exits. Left in place, it crashed the
-    interpreter (SIGSEGV) when children exited later in a process that had compiled OpenVINO models
-    (the latency process, Prefect's server at exit). So it is in force only while workers are running.
-    Signal handlers can be changed from the main thread only; elsewhere this changes nothing.
+    Paddle stops them only at the end of an epoch or in the iterator's `__del__`, which never comes while its
+    reader thread (whose target is the iterator's own method) is alive: a loop left by an exception (DataChanged)
+    or by a consumer that stopped early kept its workers and thread for the life of the process. A long process
+    (a worker serving runs, the test suite) then piled up forked copies of itself and forked new workers
+    beside those threads. Paddle has no public close; a single-process iterator has no workers to stop.
     """
-    global _paddle_sigchld_handler
-    if not active or threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    shutdown = getattr(batches, "_try_shutdown_all", None)
+    if shutdown is not None:
+        shutdown()
+
+
+def _start_workers(loader: paddle.io.DataLoader) -> Iterator:
+    """`iter(loader)`, keeping this process's SIGCHLD disposition.
+
+    Paddle installs a Python SIGCHLD handler with the first DataLoader that has workers and leaves it for the
+    life of the process, so it runs whenever any child exits. With it in force a child's exit killed the
+    interpreter: SIGSEGV sent by the kernel while delivering SIGCHLD (si_code SI_KERNEL, no address, no Python
+    traceback), seen in processes that had run onnxruntime and OpenVINO models: the latency process, Prefect's
+    server at exit, and tests/stages in one pytest process (in test_train_distributed.py, at the end of
+    `reference_logits`, the main thread in waitpid for its DataLoader worker). Keeping it only while
+    workers ran was not enough: a loop's own workers exit while it runs. Paddle does not need it: its reader
+    thread checks the workers every 5 s while no batch comes and stops the loop when one died. Signal handlers
+    can be changed from the main thread only; elsewhere this changes nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return iter(loader)
     previous = signal.getsignal(signal.SIGCHLD)
-    if _paddle_sigchld_handler is not None:
-        signal.signal(signal.SIGCHLD, _paddle_sigchld_handler)
     try:
-        yield
+        return iter(loader)
     finally:
-        installed = signal.getsignal(signal.SIGCHLD)
-        if installed is not previous and callable(installed):
-            _paddle_sigchld_handler = installed
         signal.signal(signal.SIGCHLD, previous)
 
 
