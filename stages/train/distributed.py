@@ -63,8 +63,9 @@ from quantgate.stages.train.parts import (
 from quantgate.stages.train.scaler_accounting import STEP_COLUMNS, ScalerAccounting
 
 LOG_TAIL_LINES = 40
-# "quantgate.stages.train.errors.TrainingDiverged: ..." in a rank's traceback: the module, then the class.
-QUANTGATE_ERROR = re.compile(r"(quantgate\.stages\.[\w.]+?)\.([A-Z]\w+): ")
+# "quantgate.stages.train.errors.TrainingDiverged: ..." (or a library's, "quantgate.models.errors.ModelError: ...")
+# in a rank's traceback: the module, then the class.
+QUANTGATE_ERROR = re.compile(r"(quantgate\.[\w.]+?)\.([A-Z]\w+): ")
 
 
 def _free_port() -> int:

@@ -42,7 +42,7 @@ def test_speedup_and_size_ratio_come_from_the_measured_latencies_and_files(stage
 
 def test_a_latency_process_that_fails_is_a_stage_error_with_its_output(tmp_path):
     missing = tmp_path / "missing.onnx"
-    with pytest.raises(StageError, match=r"quantgate\.stages\.evaluate\.latency\) failed with exit 1(.|\n)*missing\.onnx"):
+    with pytest.raises(StageError, match=r"quantgate\.runtimes\.latency\) failed with exit 1(.|\n)*missing\.onnx"):
         measure({"fp32": missing}, np.zeros((1, 1, 8, 8), dtype=np.float32), threads=1, repeats=3)
 
 

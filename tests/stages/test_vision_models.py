@@ -12,7 +12,7 @@ from paddle import nn
 
 from quantgate.config import validate_config
 from quantgate.models.models import build_model
-from quantgate.policy import decision as gate
+from quantgate.stages.gate import decision as gate
 from quantgate.stages.convert import onnx_export as convert
 from quantgate.stages.data import splits as data
 from quantgate.stages.evaluate import accuracy as evaluate
