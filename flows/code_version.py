@@ -32,10 +32,6 @@ def source_roots() -> dict[str, Path]:
     return {STAGES_PACKAGE: _package_dir(STAGES_PACKAGE), PACKAGE: _package_dir(PACKAGE)}
 
 
-def stages_root() -> Path:
-    return source_roots()[STAGES_PACKAGE]
-
-
 def _covered(dotted: str) -> bool:
     parts = dotted.split(".")
     return parts[0] == PACKAGE and len(parts) > 1 and (parts[1] == "stages" or parts[1] in LIBRARIES)
