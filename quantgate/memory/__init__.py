@@ -1,0 +1,12 @@
+"""Memory: the machine's budget for a run, batch sizes chosen to fit it, and the peak a stage really used.
+
+A stage never holds more than one batch of its heavy loop at once, so its memory is what it holds anyway (the
+model, the runtime's sessions) plus the batch's share; `batches.choose_batch` picks the largest batch whose
+estimate fits `budget.memory_budget()`, and refuses (`MemoryRefused`, exit 2) when even one sample cannot.
+"""
+
+from quantgate.memory.batches import BatchChoice, MemoryRefused, choose_batch, gigabytes
+from quantgate.memory.budget import MEMORY_ENV, MemoryBudget, memory_budget
+
+__all__ = ["BatchChoice", "MEMORY_ENV", "MemoryBudget", "MemoryRefused", "choose_batch", "gigabytes",
+           "memory_budget"]
