@@ -5,8 +5,8 @@ model, the runtime's sessions) plus the batch's share; `batches.choose_batch` pi
 estimate fits `budget.memory_budget()`, and refuses (`MemoryRefused`, exit 2) when even one sample cannot.
 """
 
-from quantgate.memory.batches import BatchChoice, MemoryRefused, choose_batch, gigabytes
+from quantgate.memory.batches import BATCHES_KEY, BatchChoice, MemoryRefused, choose_batch, gigabytes
 from quantgate.memory.budget import MEMORY_ENV, MemoryBudget, memory_budget
 
-__all__ = ["BatchChoice", "MEMORY_ENV", "MemoryBudget", "MemoryRefused", "choose_batch", "gigabytes",
+__all__ = ["BATCHES_KEY", "BatchChoice", "MEMORY_ENV", "MemoryBudget", "MemoryRefused", "choose_batch", "gigabytes",
            "memory_budget"]

@@ -17,6 +17,8 @@ from quantgate.memory.budget import GB, MEMORY_ENV, MemoryBudget
 
 log = logging.getLogger(__name__)
 
+BATCHES_KEY = "batch_choices"  # a stage's metrics: {loop: BatchChoice.record()} for each loop whose batch it chose
+
 
 class MemoryRefused(BadInput):
     """Even one sample cannot fit the memory budget: refused before the loop (exit 2), naming what changes it."""
