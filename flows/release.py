@@ -48,6 +48,7 @@ from quantgate.flows.tasks import (
 from quantgate.flows.trust import check_trusted_factory, running_from_deployment
 from quantgate.flows.warm_start import resolve_warm_start
 from quantgate.lifetime import is_flow_run_process, keep_children
+from quantgate.memory import memory_budget
 from quantgate.policy.release_duel import release_criteria
 from quantgate.policy.runtimes import RUNTIMES, gate_runtimes, runtime_headlines
 from quantgate.settings import resolve_store_root
@@ -147,11 +148,17 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
         ArtifactNotFound: `resume` names a version that does not exist or has no checkpoint.
         UntrustedFactory: a run from a deployment names a `module:factory` the worker does not trust.
         ModelProblem: `config.trained_model` cannot be gated as given (before a version exists).
+        MemoryRefused: one sample of `config.trained_model` cannot be calibrated within the memory budget (before
+            a version exists); later, in the stage that finds it, a loop whose one sample does not fit.
+        BadMemoryBudget: QUANTGATE_MEMORY_GB is not a positive number (before a version exists).
     """
     if is_flow_run_process():  # a worker's process for this run only: what it starts ends with it
         keep_children()
     root = str(resolve_store_root(store))
     artifact_store = open_store(root)
+    budget = memory_budget()  # a bad QUANTGATE_MEMORY_GB in the worker's environment: exit 2, nothing stored
+    get_run_logger().info("memory budget %.1f GB (%s): batch sizes left unset are chosen to fit it",
+                          budget.bytes / 1e9, budget.source)
     if config.task == OCR_SYSTEM:  # stored components judged end to end: nothing is trained or quantized
         version, record, refs = run_system(config, root, reuse)
         return published(artifact_store, version, record, refs)

@@ -57,7 +57,7 @@ from quantgate.stages.evaluate import evaluate
 from quantgate.stages.export import export, export_program
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.gate import gate
-from quantgate.stages.quantize import calibration_batches, quantize, search_quantization
+from quantgate.stages.quantize import calibration_batches, calibration_environment, quantize, search_quantization
 from quantgate.stages.quantize.outputs import SEARCH
 from quantgate.stages.report import report
 from quantgate.stages.report.outputs import REPORT_FILE
@@ -234,13 +234,18 @@ def quantize_task(
     the accuracy-aware search judged by `policy` on the validation split ('search'), its trials lowered as
     `convert_config` will lower the kept one."""
     weight_bits = this_cpus_weight_bits().bits  # the grid the weights are rounded to, once, from FP32
+
+    def batch_environment() -> dict:  # a per-batch algorithm's lowered batch is part of what decides the scales
+        store = open_store(store_root)
+        return calibration_environment(config, store.verify_stage(exported), store.verify_stage(data))
+
     if config.strategy == "single":
         return run_stage(
             store_root, version, "quantize", {**config.model_dump(mode="json"), "int8_weight_bits": weight_bits},
             {"export": exported, "data": data},
             lambda dirs, out: quantize(config, dirs["export"], MODEL_FILE, PARAMS_FILE, dirs["data"], out,
                                        num_workers=num_workers, weight_bits=weight_bits),
-            reuse,
+            reuse, environment=batch_environment,
         )
     policy, evaluate_config = policy or GatePolicy(), evaluate_config or EvaluateConfig()
     convert_config = convert_config or ConvertConfig()
@@ -258,7 +263,7 @@ def quantize_task(
         lambda dirs, out: search_quantization(config, policy, evaluate_config, dirs["export"],
                                               dirs["data"], out, cache=cache, num_workers=num_workers,
                                               lowering=lowering),
-        reuse,
+        reuse, environment=batch_environment,
     )
     search = search_summary(store, ref)
     get_run_logger().info(

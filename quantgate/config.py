@@ -172,7 +172,15 @@ class EvaluateConfig(Section):
         description="Runtimes to evaluate and gate FP32 vs INT8 in (onnxruntime, openvino: pip install -e "
         "'.[openvino]', paddle_inference: oneDNN); the top-level metrics are onnxruntime's when listed, else the first's.",
     )
-    batch_size: int = Field(64, ge=1, description="Samples per runtime call when measuring accuracy and latency.")
+    batch_size: int | None = Field(
+        None, ge=1, description="Samples per runtime call in the accuracy pass; null: the largest batch (up to 64) "
+        "that fits the memory budget (QUANTGATE_MEMORY_GB). A batch set here is kept when it fits, else lowered "
+        "with the reason in the manifest; predictions do not depend on it.",
+    )
+    latency_batch_size: int = Field(
+        16, ge=1, le=4096, description="The batch latency is timed at (besides batch 1), whatever the memory budget, "
+        "so speed-ups compare across machines; refused before the run if it does not fit.",
+    )
     threads: int = Field(
         2, ge=1, le=256, description="Threads of every runtime (onnxruntime intra-op, OpenVINO inference, Paddle "
         "Inference CPU math), fixed so latencies compare.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from quantgate.config_base import Section
 
@@ -58,9 +58,14 @@ class QuantizeConfig(Section):
     algo: ALGOS = Field("hist", description="PaddleSlim activation calibration algorithm.")
     hist_percent: float = Field(0.9999, gt=0, le=1, description="Percentile kept by the 'hist' algorithm.")
     bias_correction: bool = Field(False, description="PaddleSlim's bias correction of the quantized weights.")
-    batch_size: int = Field(32, ge=1, description="Calibration samples per batch.")
+    batch_size: int | None = Field(
+        None, ge=1, description="Calibration samples per batch; null: the largest batch (up to 32) that fits the "
+        "memory budget (QUANTGATE_MEMORY_GB). 'hist', 'KL' and 'abs_max' give the same scales at any batch; 'avg' "
+        "and 'mse' work per batch, and a lowered batch is recorded and enters the reuse digest.",
+    )
     batch_nums: int | None = Field(
-        None, ge=1, description="Calibration batches to run; null: as many as max_calibration_samples allows."
+        None, ge=1, description="Calibration batches to run (set batch_size with it); null: as many as "
+        "max_calibration_samples allows."
     )
     max_calibration_samples: int | None = Field(
         1024, ge=1, description="With batch_nums null: calibrate on at most this many samples, spread evenly over "
@@ -91,6 +96,14 @@ class QuantizeConfig(Section):
         "scale for scale.",
     )
     search: SearchConfig = Field(default_factory=SearchConfig, description="Budget and recipes of strategy 'search'.")
+
+    @model_validator(mode="after")
+    def _batches_counted_in_samples(self) -> "QuantizeConfig":
+        # batch_nums counts batches: without a batch size it would count whatever the memory budget chose
+        if self.batch_nums is not None and self.batch_size is None:
+            raise ValueError(f"quantize.batch_nums={self.batch_nums} needs quantize.batch_size: set both, or leave "
+                             "batch_nums null and bound the samples with max_calibration_samples")
+        return self
 
     def with_recipe(self, recipe: QuantizeRecipe, float_layers: tuple[str, ...] = ()) -> "QuantizeConfig":
         """These settings with `recipe`'s fields applied and `float_layers` added to skip_tensors."""

@@ -8,6 +8,7 @@ setting fails in about a second and leaves nothing behind.
 from __future__ import annotations
 
 import argparse
+import os
 import textwrap
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from quantgate.cli.shared import add_set_option, add_store_option, report_error
 from quantgate.config import ConfigError, PipelineConfig, validate_config
 from quantgate.config_files import apply_override, read_yaml
 from quantgate.errors import QuantgateError
+from quantgate.memory.budget import MEMORY_ENV, memory_budget
 from quantgate.settings import resolve_store_root
 
 SUMMARY_WIDTH = 120  # long explanations (AMP's reason, the search, a criterion) fold here
@@ -44,6 +46,9 @@ def register(commands) -> None:
                              "same settings except a higher train.epochs")
     parser.add_argument("--no-reuse", dest="reuse", action="store_false",
                         help="recompute every stage, even those an earlier run computed from the same inputs")
+    parser.add_argument("--memory-gb", type=float, metavar="GB",
+                        help="resident memory the run may use; batch sizes left unset are chosen to fit it (sets "
+                             "QUANTGATE_MEMORY_GB; default: 30%% of the cgroup limit or of the machine's memory)")
     parser.add_argument("--verbose", action="store_true",
                         help="show every library's output (Paddle, PaddleSlim, paddle2onnx, Prefect) on the terminal "
                              "instead of only in the version's run.log")
@@ -69,10 +74,14 @@ def handle(args: argparse.Namespace) -> int:
 
     Raises:
         ConfigError: a bad setting or --resume target, before anything runs.
+        BadMemoryBudget: --memory-gb or QUANTGATE_MEMORY_GB is not a positive number, before anything runs.
         StoreNotWritable: the store root cannot be written, before anything runs.
         PrefectApiUnreachable: PREFECT_API_URL does not answer, before a version exists.
     """
     config = resolve_config(args)
+    if args.memory_gb is not None:  # the flow and every process it starts read the budget from the environment
+        os.environ[MEMORY_ENV] = repr(args.memory_gb)
+    memory_budget()  # a bad QUANTGATE_MEMORY_GB or --memory-gb: exit 2 before anything runs
     store_root = resolve_store_root(args.store)
     from quantgate.artifacts import open_store  # imported after validation: fail fast, before Paddle loads
 

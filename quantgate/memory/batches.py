@@ -57,12 +57,12 @@ class BatchChoice:
 
 def choose_batch(loop: str, *, fixed_bytes: int, per_sample_bytes: int, budget: MemoryBudget,
                  requested: int | None, ceiling: int, setting: str, subject: str, measured_by: str = "shapes",
-                 changes: str = "") -> BatchChoice:
+                 changes: str = "make one sample smaller (data.transforms)") -> BatchChoice:
     """The batch for `loop`: `requested` when it fits `budget`, else lowered to what fits (logged with the
     reason); without a request the largest that fits, up to `ceiling`.
 
     `setting` names the config field of this batch (e.g. "quantize.batch_size"), `subject` what runs (the model and
-    its input shape), `changes` what else makes one sample smaller (e.g. "data.transforms.det_canvas").
+    its input shape), `changes` what else the user can do about it (an imperative clause).
 
     Raises:
         MemoryRefused: even one sample does not fit.
@@ -70,13 +70,11 @@ def choose_batch(loop: str, *, fixed_bytes: int, per_sample_bytes: int, budget: 
     per_sample = max(int(per_sample_bytes), 1)
     fits = (budget.bytes - int(fixed_bytes)) // per_sample
     if fits < 1:
-        smaller = f", {changes}" if changes else ""
         raise MemoryRefused(
             f"{loop}: {subject} needs about {gigabytes(fixed_bytes + per_sample)} at batch 1 "
             f"({gigabytes(fixed_bytes)} held whatever the batch + {gigabytes(per_sample)} per sample, {measured_by}), "
             f"over the memory budget of {gigabytes(budget.bytes)} ({budget.source}). Raise the budget "
-            f"({MEMORY_ENV} or --memory-gb) on a machine that has the memory, or make one sample smaller"
-            f"{smaller}; nothing was run")
+            f"({MEMORY_ENV} or --memory-gb) on a machine that has the memory, or {changes}; nothing was run")
     if requested is not None:
         if requested <= fits:
             return BatchChoice(loop, requested, requested, ceiling, fixed_bytes, per_sample, budget, measured_by,

@@ -74,3 +74,16 @@ def memory_budget(environ: dict | None = None) -> MemoryBudget:
         return MemoryBudget(int(gigabytes * GB), f"{MEMORY_ENV}={value}")
     limit, what = machine_memory()
     return MemoryBudget(int(limit * DEFAULT_FRACTION), f"30 % of the {what}")
+
+
+def tree_rss_bytes(process: psutil.Process | None = None) -> int:
+    """The resident memory of `process` (this one by default) and all its descendants now; a process that ends
+    while it is read counts as nothing."""
+    process = process or psutil.Process()
+    total = 0
+    for member in (process, *process.children(recursive=True)):
+        try:
+            total += member.memory_info().rss
+        except psutil.Error:
+            pass
+    return total

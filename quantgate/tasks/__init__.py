@@ -27,6 +27,9 @@ class Task(Protocol):
     # Whether a split's raw outputs are small enough to keep beside the predictions (a detector's
     # probability maps are megabytes per page: only its boxes are kept).
     keeps_outputs: bool
+    # Whether the stored predictions keep them too; the evaluate stage otherwise compares a batch's outputs
+    # (max_abs_logit_diff) and drops them.
+    stores_outputs: bool
 
     def predict(self, outputs: np.ndarray, labels: np.ndarray | None = None) -> np.ndarray:
         """The model's outputs for a batch as predictions: class indices, decoded strings, or boxes (JSON per

@@ -27,6 +27,7 @@ class Classification:
     accuracy_name: str = "top-1"
 
     keeps_outputs: bool = True
+    stores_outputs: bool = True  # a row of class scores per sample: the stored predictions keep them
 
     def predict(self, outputs: np.ndarray, labels: np.ndarray | None = None) -> np.ndarray:
         return np.asarray(outputs).argmax(axis=-1)

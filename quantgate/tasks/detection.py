@@ -52,6 +52,7 @@ class TextDetection:
     name: str = "text_detection"
     accuracy_name: str = "hmean"
     keeps_outputs: bool = False  # a probability map per page is megabytes (1.6 MB at 640x640): keep the boxes
+    stores_outputs: bool = False
 
     def predict(self, outputs: np.ndarray, labels: np.ndarray | None = None) -> np.ndarray:
         """Each page's boxes as a JSON string, from the maps [N, 1, H, W] and the pages' geometry [N, 4].

@@ -16,10 +16,12 @@ from quantgate.progress import Progress
 from quantgate.runtimes.cpu import cpu_record
 from quantgate.runtimes.forms import ModelForm, Runner, check_runtimes, library, model_forms, open_runner
 from quantgate.runtimes.latency import measure_forms
+from quantgate.memory import BATCHES_KEY
 from quantgate.runtimes.ort_forms import onnxruntime_int8_form
 from quantgate.samples.reading import StoredData, open_data
 from quantgate.samples.sample_ids import sample_ids
 from quantgate.stages.evaluate.float_layers import float_layers_record
+from quantgate.stages.evaluate.memory_fit import ACCURACY_LOOP, batch_choices
 from quantgate.stages.evaluate.outputs import (
     CHARACTER_ERRORS_FILE,
     INT8_FLOAT_LAYERS,
@@ -44,24 +46,43 @@ class EvaluateResult:
     metrics: dict
 
 
+@dataclass
+class SplitOutputs:
+    """What the accuracy pass keeps of a split, by (runtime, model): the task's predictions; the raw outputs where
+    the task stores them (a classifier's class scores; not a text line's [steps, characters] nor a page's map);
+    and, per runtime, the largest |FP32 - INT8| output difference, taken batch by batch."""
+
+    predicted: dict[tuple[str, str], np.ndarray]
+    outputs: dict[tuple[str, str], np.ndarray]
+    max_abs_diff: dict[str, float | None]
+
+
 def predict_split(runners: dict[tuple[str, str], Runner], data: StoredData, split: str, batch_size: int,
-                  num_workers: int) -> tuple[dict[tuple[str, str], np.ndarray], dict[tuple[str, str], np.ndarray]]:
-    """Every runner's outputs and the task's predictions on `split`, read once, batch by batch (each batch feeds
-    all runners, and is decoded with its labels: a page's geometry maps its boxes back). Outputs are kept only
-    where the task keeps them (a detector's probability maps are not: an empty array stands for them)."""
+                  num_workers: int) -> SplitOutputs:
+    """Every runner's predictions on `split`, read once, batch by batch (each batch feeds all runners, and is
+    decoded with its labels: a page's geometry maps its boxes back). A batch's outputs are dropped once decoded
+    and compared, unless the task stores them: memory holds a batch of outputs, whatever the split's size."""
     task = data.task
     outputs = {name: [] for name in runners}
     predicted = {name: [] for name in runners}
+    differences: dict[str, float | None] = {runtime: None for runtime, _ in runners}
     progress = Progress(log, f"evaluate {split} batch", math.ceil(data.size(split) / batch_size), every_s=5.0)
     for step, (images, labels) in enumerate(data.batches(split, batch_size, num_workers), start=1):
+        batch = {}
         for name, run in runners.items():
-            values = run(images)
-            predicted[name].append(task.predict(values, labels))
-            if task.keeps_outputs:
-                outputs[name].append(values)
+            batch[name] = run(images)
+            predicted[name].append(task.predict(batch[name], labels))
+            if task.stores_outputs:
+                outputs[name].append(batch[name])
+        if task.keeps_outputs:
+            for runtime in differences:
+                difference = float(np.abs(batch[(runtime, "fp32")] - batch[(runtime, "int8")]).max(initial=0.0))
+                differences[runtime] = max(difference, differences[runtime] or 0.0)
+        del batch
         progress.step(step)
-    return ({name: np.concatenate(values) if values else np.zeros(0, np.float32) for name, values in outputs.items()},
-            {name: np.concatenate(values) for name, values in predicted.items()})
+    return SplitOutputs({name: np.concatenate(values) for name, values in predicted.items()},
+                        {name: np.concatenate(values) if values else np.zeros(0, np.float32)
+                         for name, values in outputs.items()}, differences)
 
 
 def checked_int8_ops(runtime: str, runner: Runner) -> dict:
@@ -85,7 +106,9 @@ def evaluate(
     paddle_int8_dir: Path | None = None,
 ) -> EvaluateResult:
     """Per listed runtime: the task's numbers for both models (top-1 and per-class accuracy; for text line
-    accuracy and CER), their agreement, latency per batch (at evaluate.batch_size and at batch 1), speedup, sizes and the INT8 kernels it really runs;
+    accuracy and CER), their agreement, latency per batch (at evaluate.latency_batch_size and at batch 1), speedup,
+    sizes and the INT8 kernels it really runs; the accuracy pass runs at evaluate.batch_size, or at the largest batch
+    that fits the memory budget (`memory_fit`);
     the top-level metrics are the primary runtime's. Outputs are decoded by the data's task, the same way
     for every model; text also writes the primary runtime's per-character errors (character_errors.json).
 
@@ -96,6 +119,7 @@ def evaluate(
     Raises:
         RuntimeUnavailable: a listed runtime's package is missing, or its model folders were not given.
         NoInt8Kernels: a runtime runs none of the INT8 model's convolutions and matmuls in INT8.
+        MemoryRefused: not even one sample, or not the latency batch, fits the memory budget.
         StageError: a latency measurement process failed.
         DataError: `data_dir` is not a data stage's output, or an image changed since the data stage.
     """
@@ -110,11 +134,13 @@ def _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2
     primary, out_dir, data = primary_runtime(runtimes), Path(out_dir), open_data(data_dir)
     forms = model_forms(runtimes, fp32_onnx, int8_onnx, paddle_fp32_dir, paddle_int8_dir)
     cpu = cpu_record()
-    latency_batch = data.array("test", limit=config.batch_size)[0]
     if ONNXRUNTIME in runtimes and paddle2onnx_int8_onnx is not None:
         forms[ONNXRUNTIME][PADDLE2ONNX_INT8] = ModelForm(Path(paddle2onnx_int8_onnx), True,
                                                          Path(paddle2onnx_int8_onnx).name, "convert")
-    batch_shape = (config.batch_size, *data.input_shape)
+    choices = batch_choices(config, forms, data)
+    batch_size = choices[ACCURACY_LOOP].batch_size
+    latency_batch = data.array("test", limit=config.latency_batch_size)[0]
+    batch_shape = (batch_size, *data.input_shape)
     runners = {(runtime, name): open_runner(runtime, form, config.threads, batch_shape)
                for runtime, named in forms.items() for name, form in named.items()}
     int8_ops = {runtime: checked_int8_ops(runtime, runners[(runtime, "int8")]) for runtime in runtimes}
@@ -139,26 +165,28 @@ def _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2
     # models are compiled here crashed it (Paddle's SIGCHLD handler; see quantgate/samples/reading.py).
     workers = 0 if OPENVINO in runtimes else num_workers
     task, labels, ids = data.task, data.references("test"), sample_ids(data, "test")
-    logits, predictions_by_model = predict_split(runners, data, "test", config.batch_size, workers)
+    split = predict_split(runners, data, "test", batch_size, workers)
     del runners  # their worker threads must not share the cores with the latency processes
-    log.info("evaluate: predicted %d test samples in %s; timing %d runs per model at batch %d and at batch 1",
-             len(labels), ", ".join(runtimes), config.latency_repeats, len(latency_batch))
+    log.info("evaluate: predicted %d test samples in %s at batch %d; timing %d runs per model at batch %d and at "
+             "batch 1", len(labels), ", ".join(runtimes), batch_size, config.latency_repeats, len(latency_batch))
 
     measured = {}
     for runtime in runtimes:
         named = forms[runtime]
         at_batch, at_batch1 = measure_forms(runtime, named, latency_batch, config.threads, config.latency_repeats,
                                             timed=latency.get(runtime))
-        own = {name: logits[(runtime, name)] for name in named}
-        predicted = {name: predictions_by_model[(runtime, name)] for name in named}
+        own = {name: split.outputs[(runtime, name)] for name in named}
+        predicted = {name: split.predicted[(runtime, name)] for name in named}
         predictions = runtime_predictions_file(runtime, primary)
         # Strings are stored as numpy unicode arrays (never objects), so they load with allow_pickle=False.
         # sample_ids say which raw sample each row is, so a later version can reuse these predictions (stages/duel).
+        # The logits are a classifier's scores; a task that stores no outputs writes empty arrays under the names.
         np.savez(out_dir / predictions, labels=labels, fp32_pred=predicted["fp32"], int8_pred=predicted["int8"],
                  fp32_logits=own["fp32"], int8_logits=own["int8"], **{SAMPLE_IDS: ids})
-        measured[runtime] = Measured(named, own, predicted, at_batch, at_batch1, int8_ops[runtime], library(runtime),
-                                     predictions, details[runtime])
-    metrics = stage_metrics(measured, primary, labels, task, config, len(latency_batch), cpu)
+        measured[runtime] = Measured(named, predicted, split.max_abs_diff[runtime], at_batch, at_batch1,
+                                     int8_ops[runtime], library(runtime), predictions, details[runtime])
+    metrics = {**stage_metrics(measured, primary, labels, task, config, len(latency_batch), cpu),
+               BATCHES_KEY: {loop: choice.record() for loop, choice in choices.items()}}
     if isinstance(task, TextRecognition):
         write_character_errors(out_dir / CHARACTER_ERRORS_FILE, primary, labels, measured[primary].predicted)
     return EvaluateResult(runtime_predictions_file(primary, primary), metrics)

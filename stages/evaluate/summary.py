@@ -30,12 +30,12 @@ PADDLE2ONNX_INT8 = "paddle2onnx_int8"  # paddle2onnx's own INT8 model in onnxrun
 
 @dataclass(frozen=True)
 class Measured:
-    """What one runtime measured: logits and the task's predictions by model name ("fp32", "int8", ...),
-    latency stats by model name at the evaluated batch and at batch 1."""
+    """What one runtime measured: the task's predictions by model name ("fp32", "int8", ...), the largest
+    |FP32 - INT8| output difference, latency stats by model name at the latency batch and at batch 1."""
 
     forms: dict[str, ModelForm]
-    logits: dict[str, np.ndarray]
     predicted: dict[str, np.ndarray]  # task.predict of each model's logits: class indices, or decoded strings
+    max_abs_logit_diff: float | None  # None where the task compares no outputs (a detector's maps)
     latency: dict[str, dict[str, float]]
     latency_batch1: dict[str, dict[str, float]]
     int8_ops: dict
@@ -47,14 +47,13 @@ class Measured:
 def runtime_numbers(measured: Measured, references: np.ndarray, task: Task) -> dict:
     """The task's numbers (`task.compare`: accuracy, agreement, per-class or CER), logit difference, latency and
     speedup (at the evaluated batch and at batch 1) and sizes of one runtime's FP32 and INT8 models."""
-    fp32_logits, int8_logits = measured.logits["fp32"], measured.logits["int8"]
     int8_pred = measured.predicted["int8"]
     latency = measured.latency
     fp32_bytes, int8_bytes = measured.forms["fp32"].bytes, measured.forms["int8"].bytes
     numbers = {
         **task.compare(references, measured.predicted["fp32"], int8_pred),
         # None where the task keeps no outputs (a detector's maps): its boxes are compared instead
-        "max_abs_logit_diff": float(np.abs(fp32_logits - int8_logits).max()) if fp32_logits.size else None,
+        "max_abs_logit_diff": measured.max_abs_logit_diff,
         **{latency_key(stat, name): value for name, stats in latency.items() for stat, value in stats.items()},
         "speedup_int8_vs_fp32": latency["fp32"]["p50"] / latency["int8"]["p50"],
         **{latency_key(stat, name, batch1=True): value for name, stats in measured.latency_batch1.items()
@@ -64,7 +63,7 @@ def runtime_numbers(measured: Measured, references: np.ndarray, task: Task) -> d
         "model_bytes_int8": int8_bytes,
         "size_ratio_int8_vs_fp32": int8_bytes / fp32_bytes,
     }
-    if PADDLE2ONNX_INT8 in measured.logits:
+    if PADDLE2ONNX_INT8 in measured.predicted:
         reference = measured.predicted[PADDLE2ONNX_INT8]
         scores = task.scores(references, reference)
         numbers.update({

@@ -8,4 +8,5 @@ __getattr__, __all__ = lazy_exports(__name__, {
     "QuantizationError": "ptq", "QuantizeResult": "ptq", "calibration_batches": "ptq", "quantize": "ptq",
     "quantize_with_data": "ptq",
     "search_quantization": "search",
+    "calibration_environment": "memory_fit",
 })

@@ -21,12 +21,14 @@ from paddle.static.quantization import PostTrainingQuantization
 from quantgate.config import QuantizeConfig
 from quantgate.errors import BadInput, StageError
 from quantgate.int8.static_graph import load_program, op_counts, static_mode
+from quantgate.memory import BATCHES_KEY
 from quantgate.progress import Progress
 from quantgate.samples.reading import StoredData, open_data
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE  # the INT8 model keeps the FP32 file names
 from quantgate.stages.quantize.adaround import adaround, save
 from quantgate.stages.quantize.calibration import STATISTIC_ALGOS, Calibration, Statistics
 from quantgate.stages.quantize.equalization import depthwise_inputs, equalized_copy
+from quantgate.stages.quantize.memory_fit import CALIBRATION_LOOP, calibration_choice, choice_record, fitted
 from quantgate.stages.quantize.quantized_weights import round_weights_to_bits
 
 log = logging.getLogger(__name__)
@@ -52,10 +54,11 @@ def calibration_batches(samples: int, config: QuantizeConfig) -> int:
     """
     if samples <= 0:
         raise QuantizationError("the calibration split is empty; raise data.calibration_fraction")
-    available = math.ceil(samples / config.batch_size)
+    batch_size = config.batch_size or 1  # not chosen yet (before the run): only the split's size can be checked
+    available = math.ceil(samples / batch_size)
     if config.batch_nums is None:
         cap = samples if config.max_calibration_samples is None else min(samples, config.max_calibration_samples)
-        return math.ceil(cap / config.batch_size)
+        return math.ceil(cap / batch_size)
     if config.batch_nums > available:
         raise QuantizationError(
             f"quantize.batch_nums={config.batch_nums} with quantize.batch_size={config.batch_size} needs "
@@ -83,15 +86,22 @@ def quantize(
     """Run PaddleSlim `quant_post_static` on the exported FP32 model, calibrated on the data stage's calibration split.
 
     `num_workers`: processes decoding image files for each calibration pass (0: in this process).
+    The calibration batch is quantize.batch_size when it fits the memory budget, else the largest that does
+    (`memory_fit`); the manifest records it and why.
     `weight_bits`: 7 puts the conv/matmul weights (not the depthwise ones) on a 7-bit grid rounded from FP32, for a
     CPU whose onnxruntime INT8 kernels saturate with 8-bit weights (`quantized_weights`); 8 keeps PaddleSlim's.
 
     Raises:
         QuantizationError: the calibration split is too small for the requested batches.
+        MemoryRefused: one calibration sample does not fit the memory budget.
         DataError: `data_dir` is not a data stage's output, or an image changed since the data stage.
     """
-    return quantize_with_data(config, model_dir, model_file, params_file, open_data(data_dir), out_dir,
-                              num_workers=num_workers, weight_bits=weight_bits)
+    data = open_data(data_dir)
+    choice = calibration_choice(config, model_dir, data)
+    result = quantize_with_data(fitted(config, choice), model_dir, model_file, params_file, data, out_dir,
+                                num_workers=num_workers, weight_bits=weight_bits)
+    result.metrics[BATCHES_KEY] = {CALIBRATION_LOOP: choice_record(config, choice)}
+    return result
 
 
 def quantize_with_data(

@@ -47,7 +47,10 @@ from quantgate.config import EvaluateConfig, GatePolicy, QuantizeConfig, Quantiz
 from quantgate.errors import StageError
 from quantgate.int8.lower_int8 import Lowering
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
+from quantgate.memory import BATCHES_KEY
+from quantgate.samples.reading import open_data
 from quantgate.stages.quantize.fallback_ranking import FallbackRanking
+from quantgate.stages.quantize.memory_fit import CALIBRATION_LOOP, calibration_choice, choice_record, fitted
 from quantgate.stages.quantize.outputs import SEARCH
 from quantgate.stages.quantize.ptq import QuantizationError, QuantizeResult
 from quantgate.stages.quantize.search_record import (
@@ -60,6 +63,7 @@ from quantgate.stages.quantize.trials import (
     CALIBRATION_METRICS,
     Cache,
     Trial,
+    VALIDATION_LOOP,
     TrialRunner,
     closest_to_fp32,
     kept_trial,
@@ -87,6 +91,8 @@ def search_quantization(
         ValueError: the validation split is empty.
         DataError: `data_dir` is not a data stage's output, or an image changed since the data stage.
     """
+    requested, calibration_batch = config, calibration_choice(config, model_dir, open_data(data_dir))
+    config = fitted(config, calibration_batch)  # every trial and the final calibration at the batch that fits
     with tempfile.TemporaryDirectory(prefix="quantgate-search-") as scratch:
         runner = TrialRunner(config, policy, evaluate_config, model_dir, data_dir, Path(scratch), cache, num_workers,
                              lowering)
@@ -106,7 +112,9 @@ def search_quantization(
         log.info("search: %s", final.note)
     elif final is not None:  # the full set, as configured, did worse than the rows the search judged
         log.warning("search: %s", final.note)
-    return QuantizeResult(MODEL_FILE, PARAMS_FILE, {**calibration, SEARCH: summary})
+    batches = {CALIBRATION_LOOP: choice_record(requested, calibration_batch),
+               VALIDATION_LOOP: runner.validation_batch.record()}
+    return QuantizeResult(MODEL_FILE, PARAMS_FILE, {**calibration, SEARCH: summary, BATCHES_KEY: batches})
 
 
 def written_model(kept: Trial, final: Trial) -> FinalCalibration:

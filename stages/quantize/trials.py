@@ -30,13 +30,18 @@ from quantgate.config import EvaluateConfig, GatePolicy, QuantizeConfig, Quantiz
 from quantgate.int8.lower_int8 import Lowering
 from quantgate.int8.onnx_conversion import to_onnx
 from quantgate.progress import live
+from quantgate.runtimes.forms import ModelForm
 from quantgate.runtimes.latency import measure
+from quantgate.runtimes.memory_fit import RUNNER_CEILING, runners_batch
 from quantgate.samples.reading import open_data
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
+from quantgate.stages.evaluate.outputs import ONNXRUNTIME
 from quantgate.stages.quantize.calibration import STATISTIC_ALGOS, Statistics
 from quantgate.stages.quantize.layer_sensitivity import lowered_model
 from quantgate.stages.quantize.ptq import QuantizationError, calibration_batches, calibration_rows, quantize_with_data
 from quantgate.stages.quantize.validation_check import ValidationCheck, policy_failures
+
+VALIDATION_LOOP = "search validation"
 
 log = logging.getLogger(__name__)
 
@@ -153,9 +158,16 @@ class TrialRunner:
         self.config = trial_settings(config, self.data.size("calibration"))
         self.fp32_onnx = scratch / "fp32.onnx"
         to_onnx(self.model_dir / MODEL_FILE, self.model_dir / PARAMS_FILE, self.fp32_onnx)
-        self.check = ValidationCheck(self.fp32_onnx, self.data, evaluate_config.threads, evaluate_config.batch_size,
-                                     num_workers)
-        self.latency_batch = self.data.array("validation", limit=evaluate_config.batch_size)[0]
+        # Trials' INT8 models are the FP32 network's twins: the FP32 ONNX model stands for both in the estimate.
+        fp32_form = ModelForm(self.fp32_onnx, False, self.fp32_onnx.name, "quantize")
+        self.validation_batch = runners_batch(
+            VALIDATION_LOOP, {(ONNXRUNTIME, "fp32"): fp32_form, (ONNXRUNTIME, "int8"): fp32_form},
+            tuple(self.data.input_shape), evaluate_config.threads, requested=evaluate_config.batch_size,
+            ceiling=RUNNER_CEILING, setting="evaluate.batch_size",
+            subject=f"the FP32 and a trial's INT8 model in onnxruntime on inputs of {self.data.input_shape}")
+        self.check = ValidationCheck(self.fp32_onnx, self.data, evaluate_config.threads,
+                                     self.validation_batch.batch_size, num_workers)
+        self.latency_batch = self.data.array("validation", limit=evaluate_config.latency_batch_size)[0]
         self.threads, self.lowering = evaluate_config.threads, lowering
         # The splits' digests stand for their pixels: rows, file hashes and transforms decide them.
         self.inputs_digest = content_digest(

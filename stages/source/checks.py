@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantgate.config import BOX_DATASETS, TEXT_DATASETS, DataConfig, PipelineConfig, TrainedModelConfig
+from quantgate.int8.program_memory import check_one_sample_fits
 from quantgate.stages.source.errors import ModelProblem
 from quantgate.stages.source.model_summary import ModelSummary, summarize
 from quantgate.stages.source.pir import is_pir_model, pir_refusal
@@ -186,6 +187,7 @@ def check_trained_model(config: PipelineConfig) -> CheckedModel:
         ModelProblem: listing every problem (no model, PIR format, already INT8, inputs the transforms cannot
             produce, outputs that do not fit the task, dictionary or class list).
         BadTextLines: data.character_dict cannot be read.
+        MemoryRefused: calibrating one sample of the data's input size does not fit the memory budget.
     """
     folder, files = model_files(config.trained_model)
     prefix = folder / config.trained_model.prefix
@@ -199,6 +201,8 @@ def check_trained_model(config: PipelineConfig) -> CheckedModel:
     declared = bare.inputs[0].shape[1:] if len(bare.inputs) == 1 and len(bare.inputs[0].shape) == 4 else ()
     sample = tuple(want or (have if have > 0 else DEFAULT_SIDE) for want, have in
                    zip(wanted, declared)) if declared else None
+    if sample and not _input_problems(bare, wanted, config.data):
+        check_one_sample_fits(prefix, sample)  # before the sample below runs in this process
     try:
         summary = summarize(prefix, sample) if sample and not _input_problems(bare, wanted, config.data) else bare
     except (RuntimeError, ValueError, OSError):

@@ -1,0 +1,157 @@
+"""What calibrating a Paddle inference program holds per sample: from its shapes, or measured in a child process.
+
+Calibration makes every activation it measures persistable (PaddleSlim's `_set_activation_persistable`), so a
+batch's inputs of all quantizable layers stay in the scope at once, besides what the executor is computing. From
+the shapes alone, with the input fixed at one sample (Paddle's own shape inference, op by op), the sum of every
+activation of the program bounds that from above; it is what `activation_bytes` gives, and for PP-OCRv4's
+detector at 960x960 it is 1.3 GB per page where calibration really grows by 0.3 GB. When the bound does not fit,
+`probe_calibration` measures: `python -m quantgate.int8.program_memory` runs the program as calibration runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from quantgate.memory import MemoryBudget, choose_batch, memory_budget, tree_rss_bytes
+from quantgate.memory.probe import PROBE_BATCHES, Probe, ProbeFailed, probe, probe_one, run_probe
+
+QUANTIZABLE_OPS = ("conv2d", "depthwise_conv2d", "conv2d_transpose", "mul", "matmul", "matmul_v2")
+PLUMBING = ("feed", "fetch")
+
+
+@dataclass(frozen=True)
+class ProgramMemory:
+    activation_bytes: int  # every activation of one sample, summed: a bound on what a batch adds per sample
+    parameter_bytes: int
+    unknown_shapes: int  # activations whose size shape inference could not tell (not counted)
+
+
+def _load(prefix: Path):
+    import paddle
+
+    executor = paddle.static.Executor(paddle.CPUPlace())
+    scope = paddle.static.Scope()
+    with paddle.static.scope_guard(scope):
+        program, feeds, fetches = paddle.static.load_inference_model(str(prefix), executor)
+    return executor, scope, program, feeds, fetches
+
+
+@lru_cache(maxsize=8)
+def activation_bytes(prefix: Path, input_shape: tuple[int, ...]) -> ProgramMemory:
+    """The program at `prefix` with one sample of `input_shape` (CHW): its activations' and parameters' bytes."""
+    import paddle
+    from paddle.base.data_feeder import convert_dtype
+
+    from quantgate.int8.static_graph import static_mode
+
+    with static_mode():
+        _, _, program, feeds, _ = _load(prefix)
+        block = program.global_block()
+        block.var(feeds[0]).desc.set_shape([1, *input_shape])
+        for op in block.ops:
+            if op.type not in PLUMBING:
+                op.desc.infer_shape(block.desc)
+        activations = parameters = unknown = 0
+        for var in block.vars.values():
+            if var.name in PLUMBING or var.type != paddle.base.core.VarDesc.VarType.DENSE_TENSOR:
+                continue
+            if 0 in var.shape:  # reshape's and flatten's XShape: a shape record, no data
+                continue
+            if any(size < 0 for size in var.shape):
+                unknown += not var.persistable
+                continue
+            size = int(np.prod(var.shape, dtype=np.int64)) * np.dtype(convert_dtype(var.dtype)).itemsize
+            if var.persistable:
+                parameters += size
+            else:
+                activations += size
+    return ProgramMemory(activations, parameters, unknown)
+
+
+@lru_cache(maxsize=8)
+def probe_calibration(prefix: Path, input_shape: tuple[int, ...]) -> Probe:
+    """What calibrating the program at `prefix` holds, measured at PROBE_BATCHES in a fresh process.
+
+    Raises:
+        ProbeFailed: the process failed.
+    """
+    return probe(__name__, ["--prefix", str(prefix), "--shape", *map(str, input_shape)], PROBE_BATCHES)
+
+
+def calibration_bytes_at_one(prefix: Path, input_shape: tuple[int, ...]) -> int:
+    """What calibrating the program at `prefix` on one sample holds beyond the interpreter, measured in a fresh
+    process (before a run, where the shapes' bound does not fit: nothing larger than one sample is tried).
+
+    Raises:
+        ProbeFailed: the process failed (`.killed`: a signal ended it, e.g. the OOM killer).
+    """
+    mark, interpreter = probe_one(__name__, ["--prefix", str(prefix), "--shape", *map(str, input_shape)], 1)
+    return max(0, mark - interpreter)
+
+
+def check_one_sample_fits(prefix: Path, input_shape: tuple[int, ...], budget: MemoryBudget | None = None) -> None:
+    """Refuse a model whose calibration cannot hold even one sample of `input_shape` (of every loop, the one that
+    holds the most per sample: every quantized layer's input at once), before anything runs it. The shapes'
+    bound decides when it fits; otherwise one sample is measured in a child process, which the kernel may kill.
+
+    Raises:
+        MemoryRefused: one sample does not fit the budget, naming the bytes, the budget and the settings.
+        ProbeFailed: the measuring process failed other than by a signal.
+    """
+    budget, shape = budget or memory_budget(), tuple(input_shape)
+    program = activation_bytes(Path(prefix), shape)
+    held = tree_rss_bytes() + 2 * program.parameter_bytes  # the FP32 program and PaddleSlim's copy of it
+    sample_in = int(np.prod(shape, dtype=np.int64)) * 4
+    one, measured_by = program.activation_bytes + sample_in, "shapes"
+    if program.unknown_shapes or held + one > budget.bytes:
+        try:
+            one, measured_by = calibration_bytes_at_one(Path(prefix), shape) + sample_in, "measured in a child process"
+        except ProbeFailed as exc:
+            if not exc.killed:
+                raise
+            measured_by = "shapes (measuring one sample was killed)"
+    choose_batch("calibration", fixed_bytes=held, per_sample_bytes=one, budget=budget, requested=None, ceiling=1,
+                 setting="quantize.batch_size", subject=f"{Path(prefix).parent.name}/{Path(prefix).name}.pdmodel on inputs of "
+                 f"{'x'.join(map(str, shape))}", measured_by=measured_by)
+
+
+def _calibration_probe(prefix: Path, shape: tuple[int, ...], batch: int) -> None:
+    import paddle
+
+    from quantgate.int8.static_graph import static_mode
+
+    def load():
+        executor, scope, program, feeds, fetches = _load(prefix)
+        block = program.global_block()
+        for op in block.ops:  # what calibration keeps: every input of a layer it quantizes
+            if op.type in QUANTIZABLE_OPS:
+                for name in op.input_arg_names:
+                    if not block.var(name).persistable:
+                        block.var(name).persistable = True
+        return executor, scope, program, feeds, fetches
+
+    def run_at(loaded, batch: int) -> None:
+        executor, scope, program, feeds, fetches = loaded
+        images = np.random.default_rng(0).standard_normal((batch, *shape), dtype=np.float32)
+        with paddle.static.scope_guard(scope):
+            executor.run(program, feed={feeds[0]: images}, fetch_list=fetches, scope=scope)
+
+    with static_mode():
+        run_probe(load, run_at, batch)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("FLAGS_enable_pir_api", "0")  # the legacy program format, as quantize reads it
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prefix", type=Path, required=True)
+    parser.add_argument("--shape", type=int, nargs="+", required=True)
+    parser.add_argument("--batch", type=int, required=True)
+    arguments = parser.parse_args()
+    _calibration_probe(arguments.prefix, tuple(arguments.shape), arguments.batch)

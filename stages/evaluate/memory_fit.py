@@ -1,0 +1,50 @@
+"""The evaluate stage's batches: the accuracy pass's adapts to the memory budget, the latency batch does not.
+
+The accuracy pass holds every runner open (FP32 and INT8 in each runtime) and feeds them one batch: its batch is
+evaluate.batch_size when that fits the budget, else the largest that does (up to RUNNER_CEILING when unset).
+Predictions do not depend on it. Latency is timed at evaluate.latency_batch_size and at 1 whatever the budget, so
+the speed criterion means the same on every machine: a latency batch that does not fit is refused, not lowered.
+"""
+
+from __future__ import annotations
+
+from quantgate.config import EvaluateConfig
+from quantgate.memory import BatchChoice, MemoryRefused, memory_budget
+from quantgate.runtimes.forms import ModelForm
+from quantgate.runtimes.memory_fit import RUNNER_CEILING, runners_batch
+from quantgate.samples.reading import StoredData
+
+ACCURACY_LOOP = "evaluate accuracy pass"
+
+
+def batch_choices(config: EvaluateConfig, forms: dict[str, dict[str, ModelForm]],
+                  data: StoredData) -> dict[str, BatchChoice]:
+    """{loop: its batch}: the accuracy pass over every runner, and each runtime's latency process.
+
+    Raises:
+        MemoryRefused: one sample of the accuracy pass, or evaluate.latency_batch_size in a runtime, does not fit.
+        ProbeFailed: a process measuring a runner's memory failed.
+    """
+    budget, shape = memory_budget(), tuple(data.input_shape)
+    runners = {(runtime, name): form for runtime, named in forms.items() for name, form in named.items()}
+    subject = (f"{len(runners)} models ({', '.join(forms)}, FP32 and INT8) open at once on inputs of "
+               f"{'x'.join(map(str, shape))}")
+    choices = {ACCURACY_LOOP: runners_batch(
+        ACCURACY_LOOP, runners, shape, config.threads, requested=config.batch_size, ceiling=RUNNER_CEILING,
+        setting="evaluate.batch_size", subject=subject, budget=budget)}
+    for runtime, named in forms.items():
+        loop = f"evaluate latency in {runtime}"
+        latency = runners_batch(
+            loop, {(runtime, name): form for name, form in named.items()}, shape, config.threads,
+            requested=config.latency_batch_size, ceiling=config.latency_batch_size,
+            setting="evaluate.latency_batch_size", subject=f"{runtime}'s {len(named)} models on {'x'.join(map(str, shape))}",
+            budget=budget)
+        if latency.lowered:  # a speed measured at another batch would not compare with the policy's
+            raise MemoryRefused(
+                f"{loop}: evaluate.latency_batch_size={config.latency_batch_size} needs about "
+                f"{(latency.fixed_bytes + config.latency_batch_size * latency.per_sample_bytes) / 1e9:.2f} GB, over the "
+                f"memory budget of {budget.bytes / 1e9:.2f} GB ({budget.source}); latency is timed at a fixed batch "
+                f"so that speed-ups compare: lower evaluate.latency_batch_size (the batch fits up to "
+                f"{latency.batch_size}) or raise the budget (QUANTGATE_MEMORY_GB or --memory-gb); nothing was run")
+        choices[loop] = latency
+    return choices

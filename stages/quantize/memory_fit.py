@@ -1,0 +1,107 @@
+"""The quantize stage's calibration batch: the largest that fits the memory budget, and when it matters.
+
+Calibration keeps every activation it measures of a whole batch at once (`quantgate.int8.program_memory`), so
+its batch is what memory decides: quantize.batch_size when that fits, else the largest batch that does (up to
+CALIBRATION_CEILING when unset). 'hist', 'KL' and 'abs_max' measure per sample (each sample's range, histograms
+summed over batches): the same scales at any batch. 'avg' and 'mse' take a statistic per batch, so for them the
+batch is part of the recipe: when it differs from the one asked for (CALIBRATION_CEILING when unset), it goes
+into the stage's reuse digest (`calibration_environment`) and the record says the scales may differ from a run
+with the larger batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from quantgate.config import QuantizeConfig
+from quantgate.int8.program_memory import activation_bytes, probe_calibration
+from quantgate.memory import BatchChoice, MemoryBudget, choose_batch, memory_budget, tree_rss_bytes
+from quantgate.samples.reading import StoredData, open_data
+from quantgate.stages.export.outputs import MODEL_FILE
+
+log = logging.getLogger(__name__)
+
+CALIBRATION_LOOP = "calibration"
+CALIBRATION_CEILING = 32
+PER_BATCH_ALGOS = ("avg", "mse")  # their thresholds are statistics of each batch
+
+
+def calibration_algos(config: QuantizeConfig) -> set[str]:
+    """Every algorithm the stage may calibrate with: quantize.algo, and the search's recipes'."""
+    recipes = config.search.recipes if config.strategy == "search" else ()
+    return {config.algo, *(recipe.algo for recipe in recipes if recipe.algo is not None)}
+
+
+_CHOSEN: dict[tuple, BatchChoice] = {}  # by model, data, setting and budget: the digest's choice is the stage's
+
+
+def calibration_choice(config: QuantizeConfig, model_dir: Path, data: StoredData,
+                       budget: MemoryBudget | None = None) -> BatchChoice:
+    """The calibration batch for the exported model in `model_dir` on `data`'s samples; the same choice every time
+    this process is asked again for the same model, data, setting and budget.
+
+    Raises:
+        MemoryRefused: one sample does not fit the budget.
+        ProbeFailed: the process measuring calibration's memory failed.
+    """
+    budget = budget or memory_budget()
+    key = (str(Path(model_dir).resolve()), str(Path(data.folder).resolve()), config.batch_size, budget)
+    if key not in _CHOSEN:
+        _CHOSEN[key] = _choose(config, Path(model_dir), data, budget)
+    return _CHOSEN[key]
+
+
+def _choose(config: QuantizeConfig, model_dir: Path, data: StoredData, budget: MemoryBudget) -> BatchChoice:
+    shape = tuple(data.input_shape)
+    prefix = model_dir / Path(MODEL_FILE).stem
+    program = activation_bytes(prefix, shape)
+    held = tree_rss_bytes() + 2 * program.parameter_bytes  # the FP32 program and PaddleSlim's copy
+    sample_in = int(np.prod(shape, dtype=np.int64)) * 4
+    subject = f"{prefix.name}.pdmodel on inputs of {'x'.join(map(str, shape))}"
+    settings = dict(budget=budget, requested=config.batch_size, ceiling=CALIBRATION_CEILING,
+                    setting="quantize.batch_size", subject=subject)
+    bound = program.activation_bytes + sample_in
+    if not program.unknown_shapes and held + (config.batch_size or CALIBRATION_CEILING) * bound <= budget.bytes:
+        return choose_batch(CALIBRATION_LOOP, fixed_bytes=held, per_sample_bytes=bound, measured_by="shapes",
+                            **settings)
+    probe = probe_calibration(prefix, shape)
+    return choose_batch(CALIBRATION_LOOP, fixed_bytes=held + probe.fixed_bytes,
+                        per_sample_bytes=probe.per_sample_bytes + sample_in, measured_by=probe.measured_by,
+                        **settings)
+
+
+def batch_matters(config: QuantizeConfig, choice: BatchChoice) -> bool:
+    """Whether the scales may differ from those of the batch asked for: a per-batch algorithm at another batch."""
+    return bool(calibration_algos(config) & set(PER_BATCH_ALGOS)) and \
+        choice.batch_size != (config.batch_size or CALIBRATION_CEILING)
+
+
+def fitted(config: QuantizeConfig, choice: BatchChoice) -> QuantizeConfig:
+    """`config` calibrating at the chosen batch; a per-batch algorithm at another batch is logged as such."""
+    if batch_matters(config, choice):
+        log.warning("quantize: %s calibrates at batch %d, not %d: its scales may differ from a run with the larger "
+                    "batch (%s)", "/".join(sorted(calibration_algos(config) & set(PER_BATCH_ALGOS))),
+                    choice.batch_size, config.batch_size or CALIBRATION_CEILING, choice.reason)
+    return config.model_copy(update={"batch_size": choice.batch_size})
+
+
+def choice_record(config: QuantizeConfig, choice: BatchChoice) -> dict:
+    """The manifest's record of the calibration batch: the choice, and whether the scales may differ for it."""
+    return {**choice.record(), "scales_may_differ_from_requested_batch": batch_matters(config, choice)}
+
+
+def calibration_environment(config: QuantizeConfig, model_dir: Path, data_dir: Path) -> dict:
+    """What the stage's reuse digest adds for its batch: the chosen batch where the scales depend on it and it is
+    not the one asked for; nothing otherwise (the budget, a machine setting, stays out of the digest).
+
+    Raises:
+        MemoryRefused: one sample does not fit the budget (before the stage runs).
+    """
+    if not calibration_algos(config) & set(PER_BATCH_ALGOS) or config.batch_nums is not None:
+        return {}
+    choice = calibration_choice(config, model_dir, open_data(data_dir))
+    return {"calibration_batch_size": choice.batch_size} if batch_matters(config, choice) else {}
+
