@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +43,25 @@ class LoadedProgram:
                 (logits,) = self.executor.run(self.program, feed=feed, fetch_list=self.fetches)
                 outputs.append(np.asarray(logits))
         return np.concatenate(outputs)
+
+
+def release_scope(scope: paddle.static.Scope) -> None:
+    """Free every tensor `scope` holds now, and give the freed memory back to the system.
+
+    Dropping the Python scope frees nothing (Paddle keeps the C++ scope), and calibration leaves a whole batch of
+    persistable activations in its scope: PP-OCRv4's detector kept 5.6 GB resident after a batch of 4 pages,
+    which every later stage of the run (evaluate's runtimes, its latency processes) would have had to fit
+    beside. glibc keeps freed heap pages until asked (`malloc_trim`).
+    """
+    for name in scope.local_var_names():
+        var = scope.find_var(name)
+        try:
+            var.get_tensor()._clear()
+        except (AttributeError, RuntimeError, ValueError):  # not a dense tensor (a reader, a tensor array)
+            continue
+    library = ctypes.util.find_library("c")
+    if library is not None and hasattr(ctypes.CDLL(library), "malloc_trim"):
+        ctypes.CDLL(library).malloc_trim(0)
 
 
 def load_program(model_prefix: Path) -> LoadedProgram:

@@ -1,6 +1,6 @@
 """The quantize stage's calibration batch: the largest that fits the memory budget, and when it matters.
 
-Calibration keeps every activation it measures of a whole batch at once (`quantgate.int8.program_memory`), so
+Calibration keeps every activation it samples of a whole batch at once (`quantgate.int8.program_memory`), so
 its batch is what memory decides: quantize.batch_size when that fits, else the largest batch that does (up to
 CALIBRATION_CEILING when unset). 'hist', 'KL' and 'abs_max' measure per sample (each sample's range, histograms
 summed over batches): the same scales at any batch. 'avg' and 'mse' take a statistic per batch, so for them the
@@ -63,10 +63,9 @@ def _choose(config: QuantizeConfig, model_dir: Path, data: StoredData, budget: M
     subject = f"{prefix.name}.pdmodel on inputs of {'x'.join(map(str, shape))}"
     settings = dict(budget=budget, requested=config.batch_size, ceiling=CALIBRATION_CEILING,
                     setting="quantize.batch_size", subject=subject)
-    bound = program.activation_bytes + sample_in
-    if not program.unknown_shapes and held + (config.batch_size or CALIBRATION_CEILING) * bound <= budget.bytes:
-        return choose_batch(CALIBRATION_LOOP, fixed_bytes=held, per_sample_bytes=bound, measured_by="shapes",
-                            **settings)
+    if not program.unknown_shapes:  # every activation's size is known: their sum is what a sample holds
+        return choose_batch(CALIBRATION_LOOP, fixed_bytes=held, per_sample_bytes=program.activation_bytes + sample_in,
+                            measured_by="shapes", **settings)
     probe = probe_calibration(prefix, shape)
     return choose_batch(CALIBRATION_LOOP, fixed_bytes=held + probe.fixed_bytes,
                         per_sample_bytes=probe.per_sample_bytes + sample_in, measured_by=probe.measured_by,

@@ -20,7 +20,7 @@ from paddle.static.quantization import PostTrainingQuantization
 
 from quantgate.config import QuantizeConfig
 from quantgate.errors import BadInput, StageError
-from quantgate.int8.static_graph import load_program, op_counts, static_mode
+from quantgate.int8.static_graph import load_program, op_counts, release_scope, static_mode
 from quantgate.memory import BATCHES_KEY
 from quantgate.progress import Progress
 from quantgate.samples.reading import StoredData, open_data
@@ -169,8 +169,11 @@ def quantize_with_data(
                 quantizer = Calibration(statistics=statistics, histogram=config.calibration_histogram, **settings)
             else:
                 quantizer = PostTrainingQuantization(**settings)
-            quantizer.quantize()
-            quantizer.save_quantized_model(str(out_dir), model_filename=MODEL_FILE, params_filename=PARAMS_FILE)
+            try:
+                quantizer.quantize()
+                quantizer.save_quantized_model(str(out_dir), model_filename=MODEL_FILE, params_filename=PARAMS_FILE)
+            finally:  # a batch of every sampled activation stays in the scope until cleared
+                release_scope(scope)
         weights, rounding = _refined_weights(config, weight_bits, Path(model_dir) / Path(model_file).stem,
                                              Path(out_dir), data, rows, num_workers)
         int8 = load_program(Path(out_dir) / Path(MODEL_FILE).stem)
