@@ -197,12 +197,14 @@ def sha256(path: Path) -> str:
 
 
 def qdq_scales(onnx_file: Path) -> dict[str, np.ndarray]:
-    """{tensor: scale} of every QuantizeLinear / DequantizeLinear in a QDQ model (paddle2onnx's of PaddleSlim's)."""
+    """{tensor: scale} of every QuantizeLinear in a QDQ model (paddle2onnx's of PaddleSlim's program)."""
     graph = onnx.load(str(onnx_file)).graph
-    initializers = {tensor.name: tensor for tensor in graph.initializer}
-    return {f"{node.op_type}:{node.input[0]}": numpy_helper.to_array(initializers[node.input[1]])
-            for node in graph.node
-            if node.op_type in ("QuantizeLinear", "DequantizeLinear") and node.input[1] in initializers}
+    constants = {tensor.name: tensor for tensor in graph.initializer}
+    constants.update({node.output[0]: attribute.t for node in graph.node if node.op_type == "Constant"
+                      for attribute in node.attribute if attribute.name == "value"})  # paddle2onnx's scales
+    # keyed by the quantized tensor's Paddle name (a weight or an activation), which the program gives it
+    return {node.input[0]: numpy_helper.to_array(constants[node.input[1]]) for node in graph.node
+            if node.op_type == "QuantizeLinear" and node.input[1] in constants}
 
 
 def scale_differences(a: dict, b: dict) -> dict:
