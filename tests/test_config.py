@@ -216,3 +216,16 @@ def test_the_deployment_parameter_schema_offers_a_number_or_a_map_by_runtime():
     assert by_runtime["propertyNames"] == {"enum": ["onnxruntime", "openvino", "paddle_inference"]}
     assert by_runtime["additionalProperties"] == number and by_runtime["minProperties"] == 1
     assert gate["max_release_regression"]["type"] == "number"  # judged on the primary runtime only
+
+
+def test_batch_sizes_default_to_the_memory_budget_and_the_latency_batch_is_fixed():
+    config = validate_config({})
+    assert config.quantize.batch_size is None and config.evaluate.batch_size is None
+    assert config.evaluate.latency_batch_size == 16
+    assert validate_config({"quantize": {"batch_size": 8}}).quantize.batch_size == 8
+
+
+def test_calibration_batches_without_a_batch_size_are_refused_naming_both_settings():
+    with pytest.raises(ConfigError, match=r"quantize.batch_nums=4 needs quantize.batch_size: set both"):
+        validate_config({"quantize": {"batch_nums": 4}})
+    assert validate_config({"quantize": {"batch_nums": 4, "batch_size": 8}}).quantize.batch_nums == 4

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import paddle
+
+from quantgate.memory import return_freed_memory
 
 
 @contextmanager
@@ -59,9 +59,7 @@ def release_scope(scope: paddle.static.Scope) -> None:
             var.get_tensor()._clear()
         except (AttributeError, RuntimeError, ValueError):  # not a dense tensor (a reader, a tensor array)
             continue
-    library = ctypes.util.find_library("c")
-    if library is not None and hasattr(ctypes.CDLL(library), "malloc_trim"):
-        ctypes.CDLL(library).malloc_trim(0)
+    return_freed_memory()
 
 
 def load_program(model_prefix: Path) -> LoadedProgram:

@@ -6,7 +6,7 @@ estimate fits `budget.memory_budget()`, and refuses (`MemoryRefused`, exit 2) wh
 """
 
 from quantgate.memory.batches import BATCHES_KEY, BatchChoice, MemoryRefused, choose_batch, gigabytes
-from quantgate.memory.budget import MEMORY_ENV, MemoryBudget, memory_budget, tree_rss_bytes
+from quantgate.memory.budget import MEMORY_ENV, MemoryBudget, memory_budget, return_freed_memory, tree_rss_bytes
 
 __all__ = ["BATCHES_KEY", "BatchChoice", "MEMORY_ENV", "MemoryBudget", "MemoryRefused", "choose_batch", "gigabytes",
-           "memory_budget", "tree_rss_bytes"]
+           "memory_budget", "return_freed_memory", "tree_rss_bytes"]

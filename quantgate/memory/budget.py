@@ -14,6 +14,8 @@ a result that does not depend on the batch does not depend on the budget.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,3 +89,11 @@ def tree_rss_bytes(process: psutil.Process | None = None) -> int:
         except psutil.Error:
             pass
     return total
+
+
+def return_freed_memory() -> None:
+    """Give the heap pages this process has freed back to the system (glibc keeps them until asked): what a stage
+    freed then no longer counts against the next one's budget."""
+    library = ctypes.util.find_library("c")
+    if library is not None and hasattr(ctypes.CDLL(library), "malloc_trim"):
+        ctypes.CDLL(library).malloc_trim(0)

@@ -70,10 +70,11 @@ def probe_runner(runtime: str, form: ModelForm, threads: int, input_shape: tuple
 
 def runners_batch(loop: str, runners: dict[tuple[str, str], ModelForm], input_shape: tuple[int, ...], threads: int,
                   *, requested: int | None, ceiling: int, setting: str, subject: str, held_bytes: int = 0,
-                  budget: MemoryBudget | None = None) -> BatchChoice:
+                  budget: MemoryBudget | None = None, own_process: bool = False) -> BatchChoice:
     """The batch for a loop holding every runner of `runners` open at once, fed samples of `input_shape`.
 
     `held_bytes`: what else the loop holds whatever the batch, beyond this process's tree as it is now.
+    `own_process`: the loop runs in a new process of its own (latency), whose interpreter counts too.
 
     Raises:
         MemoryRefused: even one sample does not fit (the message names the budget's settings).
@@ -88,7 +89,8 @@ def runners_batch(loop: str, runners: dict[tuple[str, str], ModelForm], input_sh
         return choose_batch(loop, fixed_bytes=held, per_sample_bytes=bound, budget=budget, requested=requested,
                             ceiling=ceiling, setting=setting, subject=subject, measured_by="shapes")
     probes = [probe_runner(runtime, form, threads, tuple(input_shape)) for (runtime, _), form in runners.items()]
-    return choose_batch(loop, fixed_bytes=held + sum(p.fixed_bytes for p in probes),
+    interpreter = max(p.interpreter_bytes for p in probes) if own_process else 0
+    return choose_batch(loop, fixed_bytes=held + interpreter + sum(p.fixed_bytes for p in probes),
                         per_sample_bytes=sample_in + sum(p.per_sample_bytes for p in probes), budget=budget,
                         requested=requested, ceiling=ceiling, setting=setting, subject=subject,
                         measured_by=f"{len(probes)} runner(s) {probes[0].measured_by}",

@@ -38,7 +38,7 @@ def batch_choices(config: EvaluateConfig, forms: dict[str, dict[str, ModelForm]]
             loop, {(runtime, name): form for name, form in named.items()}, shape, config.threads,
             requested=config.latency_batch_size, ceiling=config.latency_batch_size,
             setting="evaluate.latency_batch_size", subject=f"{runtime}'s {len(named)} models on {'x'.join(map(str, shape))}",
-            budget=budget)
+            budget=budget, own_process=True)
         if latency.lowered:  # a speed measured at another batch would not compare with the policy's
             raise MemoryRefused(
                 f"{loop}: evaluate.latency_batch_size={config.latency_batch_size} needs about "

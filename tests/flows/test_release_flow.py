@@ -87,7 +87,7 @@ def test_a_policy_the_run_cannot_meet_fails_and_leaves_release(store_with_releas
 
 def test_a_stage_error_marks_the_version_and_moves_nothing(store_with_release, tiny_config):
     root, _ = store_with_release
-    config = tiny_config(quantize={"batch_nums": 1000})
+    config = tiny_config(quantize={"batch_size": 32, "batch_nums": 1000})
     with pytest.raises(QuantizationError, match="lower quantize.batch_nums") as caught:
         release(config=config, store=str(root))
     assert any("recorded with status 'error'" in note for note in caught.value.__notes__)

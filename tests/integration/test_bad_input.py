@@ -67,7 +67,8 @@ def test_model_names_that_would_escape_the_store_are_refused(quantgate_cli, stor
 
 def test_calibration_smaller_than_the_requested_batches_stops_before_training(quantgate_cli, store, nothing_lost):
     before = set(os.listdir(versions_dir(store)))
-    result = quantgate_cli.run("run", "--store", str(store), *TINY_RUN, "--set", "quantize.batch_nums=1000")
+    result = quantgate_cli.run("run", "--store", str(store), *TINY_RUN, "--set", "quantize.batch_size=32",
+                               "--set", "quantize.batch_nums=1000")
     assert result.returncode == 2, result.stderr[-2000:]
     assert "quantize.batch_nums=1000 with quantize.batch_size=32 needs 32000 calibration samples" in result.stderr
     assert "lower quantize.batch_nums or raise data.calibration_fraction" in result.stderr

@@ -79,7 +79,7 @@ def test_a_layer_paddleslim_left_float_still_converts_and_runs(stage_dirs, tmp_p
     first_conv_weight = next(node.input[1] for node in fp32_graph.node if node.op_type == "Conv")
     (tmp_path / "quantize").mkdir()
     (tmp_path / "convert").mkdir()
-    quantize(QuantizeConfig(batch_nums=2, skip_tensors=(first_conv_weight,)), stage_dirs.export,
+    quantize(QuantizeConfig(batch_size=32, batch_nums=2, skip_tensors=(first_conv_weight,)), stage_dirs.export,
              "model.pdmodel", "model.pdiparams", stage_dirs.data, tmp_path / "quantize")
     result = convert(stage_dirs.export, tmp_path / "quantize", "model.pdmodel", "model.pdiparams", tmp_path / "convert")
     runtime = result.metrics["int8"]["after_onnxruntime_optimization"]["ops"]
@@ -103,7 +103,7 @@ def test_an_inner_layer_paddleslim_left_float_is_fp32_in_onnxruntime(stage_dirs,
     second_conv_weight = [node.input[1] for node in fp32_graph.node if node.op_type == "Conv"][1]
     (tmp_path / "quantize").mkdir()
     (tmp_path / "convert").mkdir()
-    quantize(QuantizeConfig(batch_nums=2, skip_tensors=(second_conv_weight,)), stage_dirs.export,
+    quantize(QuantizeConfig(batch_size=32, batch_nums=2, skip_tensors=(second_conv_weight,)), stage_dirs.export,
              "model.pdmodel", "model.pdiparams", stage_dirs.data, tmp_path / "quantize")
     result = convert(stage_dirs.export, tmp_path / "quantize", "model.pdmodel", "model.pdiparams", tmp_path / "convert")
     assert result.metrics["int8"]["float_layers"] == [second_conv_weight]
