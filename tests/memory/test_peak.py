@@ -1,0 +1,104 @@
+"""PeakMemory sees what the whole process tree held during its block, and only during its block."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from quantgate.memory import PEAK_KEY, PeakMemory, tree_rss_bytes
+from quantgate.memory.peak import CLEAR_REFS, own_high_water_mark_bytes
+
+ALLOCATED = 300_000_000  # bytes a child touches: far above the interpreter's own ~30 MB and the test's noise
+
+# A python that holds ALLOCATED bytes of touched pages for `hold_s` seconds, then exits.
+HOLDER = textwrap.dedent("""
+    import sys, time
+    import numpy as np
+    block = np.ones({size} // 8, dtype=np.float64)  # np.ones writes every page: resident, not just reserved
+    time.sleep(float(sys.argv[1]))
+""").format(size=ALLOCATED)
+
+# A python that starts the holder as its own child and waits for it: the holder is a grandchild of the test.
+PARENT = textwrap.dedent("""
+    import subprocess, sys
+    subprocess.run([sys.executable, "-c", sys.argv[1], sys.argv[2]], check=True)
+""")
+
+
+def baseline_bytes() -> int:
+    return tree_rss_bytes()
+
+
+def test_a_child_holding_memory_counts_in_the_peak():
+    before = baseline_bytes()
+    with PeakMemory() as peak:
+        subprocess.run([sys.executable, "-c", HOLDER, "0.5"], check=True)
+    assert peak.bytes >= before + 0.9 * ALLOCATED
+    assert peak.sampled_bytes >= before + 0.9 * ALLOCATED  # seen by the tree's sampling, not only by rusage
+
+
+def test_a_grandchild_holding_memory_counts_in_the_peak():
+    before = baseline_bytes()
+    with PeakMemory() as peak:
+        subprocess.run([sys.executable, "-c", PARENT, HOLDER, "0.5"], check=True)
+    assert peak.sampled_bytes >= before + 0.9 * ALLOCATED
+
+
+def test_a_child_shorter_than_one_sample_still_counts():
+    # In a fresh interpreter: the children's high-water mark only ever grows, so in this process an earlier
+    # test's child of the same size would hide this one.
+    measure = textwrap.dedent("""
+        import subprocess, sys
+        from quantgate.memory import PeakMemory
+        with PeakMemory(interval_s=60.0) as peak:  # no sample falls inside the child's life
+            subprocess.run([sys.executable, "-c", sys.argv[1], "0"], check=True)
+        print(peak.children_bytes, peak.bytes)
+    """)
+    done = subprocess.run([sys.executable, "-c", measure, HOLDER], check=True, capture_output=True, text=True)
+    children, peak = (int(word) for word in done.stdout.split())
+    assert children >= 0.9 * ALLOCATED and peak >= children
+
+
+def test_this_process_allocating_counts_in_the_peak():
+    before = baseline_bytes()
+    with PeakMemory(interval_s=60.0) as peak:  # only the exact high-water mark can see it
+        block = np.ones(ALLOCATED // 8)
+        del block
+    if own_high_water_mark_bytes() is None:
+        pytest.skip("no /proc/self/status VmHWM on this system")
+    assert peak.own_bytes >= before + 0.9 * ALLOCATED - 50_000_000  # the sampled start may include freed pages
+
+
+def test_a_second_block_counts_only_its_own_memory():
+    with PeakMemory() as first:
+        block = np.ones(ALLOCATED // 8)
+        del block
+    with PeakMemory() as second:
+        pass
+    assert first.bytes >= second.bytes + 0.8 * ALLOCATED or not second.own_mark_reset
+    assert second.sampled_bytes < first.bytes - 0.8 * ALLOCATED  # the sampler starts from now, whatever the OS
+    if not second.own_mark_reset:
+        pytest.skip(f"{CLEAR_REFS} is not writable here: this process's exact peak covers its whole life")
+    assert second.own_bytes < first.own_bytes - 0.8 * ALLOCATED
+
+
+def test_a_nested_block_does_not_erase_the_outer_peak():
+    with PeakMemory(interval_s=60.0) as outer:
+        block = np.ones(ALLOCATED // 8)
+        del block
+        with PeakMemory(interval_s=60.0) as inner:
+            pass
+    if not inner.own_mark_reset:
+        pytest.skip(f"{CLEAR_REFS} is not writable here: no reset, nothing to erase")
+    assert outer.bytes >= inner.bytes + 0.8 * ALLOCATED
+
+
+def test_the_peak_is_recorded_in_gigabytes():
+    with PeakMemory() as peak:
+        pass
+    assert PEAK_KEY == "peak_rss_gb"
+    assert peak.gigabytes() == round(peak.bytes / 1e9, 3) and peak.gigabytes() > 0
