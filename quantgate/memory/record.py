@@ -36,12 +36,15 @@ def _budget_shown(budget: dict | None) -> str:
     return f"budget {budget['budget_gb']:.2f} GB ({budget['budget_source']})" if budget else "no budget recorded"
 
 
-def summary_lines(memory: dict | None) -> list[str]:
+def summary_lines(memory: dict | None, order: tuple[str, ...] = ()) -> list[str]:
     """The terminal's lines: the largest peak of the stages computed in this run, and the budget; then the batches
-    those stages chose, where they chose any. Nothing for a record from before peaks were measured."""
+    those stages chose, where they chose any, stages in `order` first (a stored record's keys are sorted). Nothing
+    for a record from before peaks were measured."""
     if not memory:
         return []
-    here = {stage: entry for stage, entry in memory["stages"].items() if entry[REUSED_FROM] is None}
+    stages = memory["stages"]
+    ranked = sorted(stages, key=lambda stage: order.index(stage) if stage in order else len(order))
+    here = {stage: stages[stage] for stage in ranked if stages[stage][REUSED_FROM] is None}
     if here:
         largest = max(here, key=lambda stage: here[stage][PEAK_KEY])
         lines = [f"  memory    peak {here[largest][PEAK_KEY]:.2f} GB in {largest} (process tree); "

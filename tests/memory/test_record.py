@@ -40,6 +40,12 @@ def test_the_record_keeps_reuse_and_is_canonical_json():
     assert json.loads(json.dumps(record, sort_keys=True)) == record
 
 
+def test_the_batches_follow_the_pipeline_though_a_stored_record_sorts_its_stages():
+    stored = json.loads(json.dumps(memory_record(stages()), sort_keys=True))  # evaluate before quantize
+    assert memory_summary(stored, ("quantize", "evaluate"))[1] == (
+        "  batches   calibration 8 (lowered from 32), evaluate 16")
+
+
 def test_a_run_that_reused_every_stage_claims_no_peak():
     record = memory_record({"train": ({PEAK_KEY: 5.5, BUDGET_KEY: BUDGET}, "v1")})
     assert memory_summary(record) == ["  memory    every stage reused: nothing measured in this run; no budget recorded"]
