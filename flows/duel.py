@@ -79,7 +79,10 @@ def prediction_cache(store: ArtifactStore):
 
 def duel_settings(evaluate_config: dict) -> dict:
     """What the duel runs with, from the candidate's recorded evaluate config."""
-    return {"runtimes": list(listed_runtimes(evaluate_config)), "batch_size": int(evaluate_config.get("batch_size", 64)),
+    # The release's predictions do not depend on the batch: its accuracy pass runs at the candidate's batch when one
+    # was set, else at the largest that fits the memory budget (the duel stage chooses it).
+    batch = evaluate_config.get("batch_size")
+    return {"runtimes": list(listed_runtimes(evaluate_config)), "batch_size": None if batch is None else int(batch),
             "threads": int(evaluate_config.get("threads", 2))}
 
 

@@ -19,6 +19,7 @@ from quantgate.config import PipelineConfig
 from quantgate.errors import Rejected
 from quantgate.flows.duel import current_release
 from quantgate.flows.report import publish_report
+from quantgate.memory.record import MEMORY, memory_record
 from quantgate.policy.criterion import Criterion
 from quantgate.policy.runtimes import RUNTIMES, with_criterion, with_verdicts
 from quantgate.stages.data.outputs import FINGERPRINT, PREPROCESSING
@@ -42,16 +43,23 @@ class GateFailed(Rejected):
 
 
 def provenance(manifests: dict[str, dict], config: PipelineConfig) -> dict:
-    """What every version record says besides its verdict: the data, the pre-processing, each stage's time and
-    reuse, and the config."""
+    """What every version record says besides its verdict: the data, the pre-processing, each stage's time,
+    reuse and memory, and the config."""
     return {
         "data_fingerprint_sha256": manifests["data"]["metrics"][FINGERPRINT],
         "preprocessing": manifests["data"]["metrics"].get(PREPROCESSING),
         "stage_seconds": {stage: manifest["duration_s"] for stage, manifest in manifests.items()},
         "reused": {stage: manifest["reused_from"]["version"] for stage, manifest in manifests.items()
                    if manifest.get("reused_from")},
+        MEMORY: memory_of(manifests),
         "config": config.model_dump(mode="json"),
     }
+
+
+def memory_of(manifests: dict[str, dict]) -> dict:
+    """The stages' peaks, batches and budget as the version record keeps them (quantgate/memory/record.py)."""
+    return memory_record({stage: (manifest["metrics"], (manifest.get("reused_from") or {}).get("version"))
+                          for stage, manifest in manifests.items()})
 
 
 def record_error(store: ArtifactStore, version: VersionRef, config: PipelineConfig, exc: Exception) -> None:

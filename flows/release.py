@@ -194,7 +194,7 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
                 refs["duel"] = duel
             refs["gate"] = gate_task(root, version, config.gate, refs["evaluate"], duel, refs["quantize"])
             refs["report"] = report_task(root, version, refs.get("train", refs.get(SOURCE)), refs["evaluate"], refs["gate"],
-                                         refs["quantize"], data=refs["data"], duel=duel)
+                                         refs["quantize"], data=refs["data"], duel=duel, earlier=dict(refs))
             record = publish_task(root, version, config, refs)
         except Exception as exc:
             record_error(artifact_store, version, config, exc)

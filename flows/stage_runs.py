@@ -5,6 +5,13 @@ version is a fresh record of one run. Reuse across runs is keyed on content, in 
 digest (config, code version, libraries, device, input contents) matches a committed stage of any earlier version
 is committed from that stage's verified files instead of rerun. Every input is re-hashed by the store before a
 stage reads it.
+
+A computed stage's metrics get the peak resident memory of this process's tree while its work ran (`PEAK_KEY`,
+see quantgate/memory/peak.py) and the memory budget it ran under (`BUDGET_KEY`). Both are metrics, never part of
+the input digest: the budget decides batch sizes, not results, and a peak is an outcome. A reused stage ran
+nothing in this run: its manifest keeps the metrics of the run that computed it, peak and budget included, under
+`reused_from`, and the version's record and summary count its memory as that run's, not this one's
+(quantgate/memory/record.py).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from quantgate.artifacts import StageRef, VersionRef, open_store
 from quantgate.artifacts.reuse import reuse_note
 from quantgate.flows.code_version import code_digest
 from quantgate.flows.stage_logs import library_output, stage_lines, stage_logs_to_prefect
+from quantgate.memory import BUDGET_KEY, PEAK_KEY, PeakMemory, memory_budget
 
 STAGE_TASK = {"retries": 0, "cache_policy": NO_CACHE}  # every stage task's decorator settings
 
@@ -61,9 +69,13 @@ def run_stage(
             return ref
         # Verified right before use: nothing pickle-based is loaded from bytes the manifest does not vouch for.
         input_dirs = {name: store.verify_stage(ref) for name, ref in inputs.items()}
+        budget = memory_budget()
         with (stage_logs_to_prefect(), library_output(store, version, stage),
               store.write_stage(version, stage, config, inputs, input_digest=digest) as writer):
-            result = work(input_dirs, writer.dir)
+            with PeakMemory() as peak:
+                result = work(input_dirs, writer.dir)
             writer.metrics.update(result.metrics)
-    get_run_logger().info("%s: computed, committed %s (inputs digest %s…)", stage, writer.ref.path, digest[:12])
+            writer.metrics.update({PEAK_KEY: peak.gigabytes(), BUDGET_KEY: budget.record()})
+    get_run_logger().info("%s: computed, committed %s (inputs digest %s…), peak resident memory %.3f GB", stage,
+                          writer.ref.path, digest[:12], peak.gigabytes())
     return writer.ref

@@ -18,7 +18,7 @@ from quantgate.artifacts import RELEASE, ArtifactError, ArtifactStore, StageRef,
 from quantgate.config import DataConfig, GatePolicy, PipelineConfig
 from quantgate.errors import BadInput
 from quantgate.flows.code_version import code_digest
-from quantgate.flows.publishing import provenance, publish_judged, record_error, rejudged
+from quantgate.flows.publishing import memory_of, provenance, publish_judged, record_error, rejudged
 from quantgate.flows.stage_runs import STAGE_TASK, run_stage
 from quantgate.flows.tasks import FILE_HASH_STATE
 from quantgate.ocr.combos import CLASSIFIER, COMPONENT_TASKS, DETECTOR, RECOGNIZER
@@ -262,13 +262,15 @@ def system_report_task(store_root: str, version: VersionRef, evaluate: StageRef,
     from quantgate.stages.system import report_system
 
     store = open_store(store_root)
-    metrics, gate_record = store.read_manifest(evaluate)["metrics"], store.read_manifest(gate)["metrics"]
-    components = store.read_manifest(system)["metrics"]["components"]
+    manifests = {stage: store.read_manifest(ref) for stage, ref in
+                 (("data", pages), ("system", system), ("evaluate", evaluate), ("gate", gate))}
+    metrics, gate_record = manifests["evaluate"]["metrics"], manifests["gate"]["metrics"]
+    components = manifests["system"]["metrics"]["components"]
 
     def work(dirs: dict[str, Path], folder: Path):
         reads = json.loads((dirs["evaluate"] / out.READS_FILE).read_text(encoding="utf-8"))
         return report_system(f"{version.model} {version.version}", metrics, gate_record, reads, dirs["data"], folder,
-                             components)
+                             components, memory_of(manifests))
 
     return run_stage(store_root, version, "report", {}, {"evaluate": evaluate, "gate": gate, "data": pages,
                                                          "system": system}, work, reuse=False,

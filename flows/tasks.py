@@ -34,6 +34,7 @@ from quantgate.flows.duel import (
     stored_duel,
 )
 from quantgate.flows.evidence import gate_evidence
+from quantgate.flows.publishing import memory_of
 from quantgate.flows.stage_runs import STAGE_TASK, run_stage
 from quantgate.flows.warm_start import INIT_DIGEST, WarmStart, read_init_weights
 from quantgate.int8.lower_int8 import Lowering
@@ -366,10 +367,12 @@ def gate_task(store_root: str, version: VersionRef, policy: GatePolicy, evaluate
 @task(name="report", **STAGE_TASK)
 def report_task(store_root: str, version: VersionRef, trained: StageRef, evaluated: StageRef, gated: StageRef,
                 quantized: StageRef | None = None, data: StageRef | None = None,
-                duel: StageRef | None = None) -> StageRef:
+                duel: StageRef | None = None, earlier: dict[str, StageRef] | None = None) -> StageRef:
     """report.md and its pictures, stored in the version; `trained` is the train stage, or the source stage of
-    a model trained elsewhere; `data` defaults to this version's data stage."""
+    a model trained elsewhere; `data` defaults to this version's data stage; `earlier`, the stages whose memory
+    the report shows."""
     store = open_store(store_root)
+    memory = memory_of({stage: store.read_manifest(ref) for stage, ref in (earlier or {}).items()})
     train_metrics, evaluation, gate_record = (store.read_manifest(ref)["metrics"] for ref in (trained, evaluated, gated))
     search = search_summary(store, quantized)
     duel_record = store.read_manifest(duel)["metrics"] if duel is not None else None
@@ -388,6 +391,6 @@ def report_task(store_root: str, version: VersionRef, trained: StageRef, evaluat
         lambda dirs, out: report(f"{version.model} {version.version}", evaluation, gate_record, train_metrics,
                                  None if imported else dirs["train"] / STEPS_FILE, where, out, search,
                                  data_dir=dirs["data"], evaluate_dir=dirs["evaluate"], duel_dir=dirs.get(DUEL),
-                                 duel_record=duel_record),
+                                 duel_record=duel_record, memory=memory),
         reuse=False,  # the report names this version's paths
     )

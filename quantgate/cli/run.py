@@ -187,7 +187,9 @@ def check_resume(store, config: PipelineConfig, version: str) -> None:
 
 
 def summary_lines(info, version_path: str, wall_seconds: float) -> list[str]:
-    """The run's summary: verdict, stage times, headline numbers, AMP, scaler, search, gate, aliases."""
+    """The run's summary: verdict, stage times, headline numbers, AMP, scaler, search, memory, gate, aliases."""
+    from quantgate.memory.record import MEMORY
+    from quantgate.memory.record import summary_lines as memory_summary
     from quantgate.stages import PIPELINE
     from quantgate.stages.gate import Criterion
     from quantgate.stages.gate.outputs import CRITERIA
@@ -200,6 +202,7 @@ def summary_lines(info, version_path: str, wall_seconds: float) -> list[str]:
         note = f"  (reused from {reused[stage]})" if stage in reused else ""
         lines.append(f"  {stage:<9} {seconds[stage]:8.2f} s{note}")
     lines += metric_lines(record.get("metrics")) + training_lines(record) + search_lines(record)
+    lines += [wrapped(line) for line in memory_summary(record.get(MEMORY), PIPELINE)]
     lines += [wrapped(f"  gate      {Criterion(**criterion).describe()}")
               for criterion in record.get("gate", {}).get(CRITERIA, [])]
     if record.get("error"):

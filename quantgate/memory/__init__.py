@@ -3,10 +3,12 @@
 A stage never holds more than one batch of its heavy loop at once, so its memory is what it holds anyway (the
 model, the runtime's sessions) plus the batch's share; `batches.choose_batch` picks the largest batch whose
 estimate fits `budget.memory_budget()`, and refuses (`MemoryRefused`, exit 2) when even one sample cannot.
+`peak.PeakMemory` measures what the stage then really used: the peak resident memory of the whole process tree.
 """
 
 from quantgate.memory.batches import BATCHES_KEY, BatchChoice, MemoryRefused, choose_batch, gigabytes
 from quantgate.memory.budget import MEMORY_ENV, MemoryBudget, memory_budget, return_freed_memory, tree_rss_bytes
+from quantgate.memory.peak import BUDGET_KEY, PEAK_KEY, PeakMemory
 
-__all__ = ["BATCHES_KEY", "BatchChoice", "MEMORY_ENV", "MemoryBudget", "MemoryRefused", "choose_batch", "gigabytes",
-           "memory_budget", "return_freed_memory", "tree_rss_bytes"]
+__all__ = ["BATCHES_KEY", "BUDGET_KEY", "BatchChoice", "MEMORY_ENV", "MemoryBudget", "MemoryRefused", "PEAK_KEY",
+           "PeakMemory", "choose_batch", "gigabytes", "memory_budget", "return_freed_memory", "tree_rss_bytes"]

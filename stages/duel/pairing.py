@@ -152,7 +152,7 @@ def _cached(cache: PredictionCache | None, key: str | None, ids: np.ndarray) -> 
 
 
 def release_predictions(release: ReleaseModel, spec: dict, runtime: str, candidate: StoredData, rows: np.ndarray,
-                        ids: np.ndarray, batch_size: int, threads: int,
+                        ids: np.ndarray, batch_size: int | None, threads: int,
                         cache: PredictionCache | None) -> tuple[np.ndarray, str, int]:
     """The release's INT8 predictions of the candidate's `rows` in `runtime`, where they came from, and how
     many samples its model was run on here (see the module docstring)."""
@@ -188,7 +188,8 @@ def _candidate_predictions(evaluate_dir: Path, evaluation: dict, runtime: str) -
 
 
 def duel(release: ReleaseModel, data_dir: Path, evaluate_dir: Path, evaluation: dict, runtimes: tuple[str, ...],
-         out_dir: Path, batch_size: int = 64, threads: int = 2, cache: PredictionCache | None = None) -> DuelResult:
+         out_dir: Path, batch_size: int | None = None, threads: int = 2,
+         cache: PredictionCache | None = None) -> DuelResult:
     """Score `release` on this version's unseen test samples in every runtime of `runtimes`, pair them with this
     version's INT8 predictions (from `evaluate_dir`, whose manifest metrics are `evaluation`) and write one
     paired file per runtime into `out_dir`.

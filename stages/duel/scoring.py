@@ -21,6 +21,7 @@ import numpy as np
 from quantgate.errors import StageError
 from quantgate.progress import Progress
 from quantgate.runtimes.forms import RuntimeUnavailable, check_runtimes, library, model_forms, open_runner
+from quantgate.runtimes.memory_fit import RUNNER_CEILING, runners_batch
 from quantgate.samples.reading import StoredData
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE
 from quantgate.tasks import task_of
@@ -76,14 +77,15 @@ def model_files_digest(runtime: str, convert_dir: Path, export_dir: Path | None,
 
 def score_release(runtime: str, release_spec: dict, release_data_dir: Path, convert_dir: Path,
                   export_dir: Path | None, quantize_dir: Path | None, candidate: StoredData, rows: np.ndarray,
-                  batch_size: int, threads: int) -> np.ndarray:
+                  batch_size: int | None, threads: int) -> np.ndarray:
     """The release's INT8 predictions (its task's: class indices in its own class order, or strings) on the
-    candidate's test rows `rows`, in `runtime`.
+    candidate's test rows `rows`, in `runtime`, at `batch_size` (None: the largest that fits the memory budget).
 
     Raises:
         ReleaseIncomparable: the runtime is not installed, the release's model is missing, or its
             pre-processing cannot be applied to the candidate's samples.
         DataChanged: a candidate test file changed since its data stage recorded it.
+        MemoryRefused: one sample does not fit the memory budget.
     """
     try:
         check_runtimes((runtime,))
@@ -95,7 +97,12 @@ def score_release(runtime: str, release_spec: dict, release_data_dir: Path, conv
     if missing:
         raise ReleaseIncomparable(f"the release's INT8 model for {runtime} is missing ({', '.join(missing)})")
     reader = _reader(release_spec, release_data_dir, candidate, rows)
-    shape = (batch_size, *release_spec["input_shape"])
+    input_shape = tuple(release_spec["input_shape"])
+    batch_size = runners_batch(
+        f"duel: the release in {runtime}", {(runtime, "int8"): form}, input_shape, threads, requested=batch_size,
+        ceiling=RUNNER_CEILING, setting="evaluate.batch_size",
+        subject=f"the release's INT8 model on inputs of {'x'.join(map(str, input_shape))}").batch_size
+    shape = (batch_size, *input_shape)
     runner = open_runner(runtime, form, threads, shape)
     task = task_of(release_spec)
     progress = Progress(log, f"duel {runtime} batch", max(1, math.ceil(len(rows) / batch_size)), every_s=5.0)

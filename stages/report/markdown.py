@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from quantgate.memory.record import markdown_lines as memory_lines
 from quantgate.samples.reading import open_data
 from quantgate.stages.evaluate.outputs import (
     ACCURACY_METRIC,
@@ -195,9 +196,10 @@ def _training_lines(train_metrics: dict) -> list[str]:
 
 def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metrics: dict,
                     where: dict[str, str], search: dict | None = None, task_lines: list[str] = (),
-                    release_lines: list[str] = ()) -> str:
+                    release_lines: list[str] = (), memory: dict | None = None) -> str:
     """The report as markdown; `task_lines` are the task's sections (see TaskSections), `release_lines` the
-    comparison with the release, `where` maps labels to locations (paths, commands) shown at the end."""
+    comparison with the release, `memory` the stages' peaks and batches (quantgate.memory.record), `where` maps
+    labels to locations (paths, commands) shown at the end."""
     passed = gate_record.get("passed") is True
     outcome = ("The gate passed: this version may become `release`." if passed else
                "The gate failed: `release` does not move to this version; it is kept for inspection.")
@@ -213,6 +215,7 @@ def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metri
     lines += [*_search_lines(search), ""] if search else []
     lines += [*task_lines, ""] if task_lines else []
     lines += _training_lines(train_metrics) + [""]
+    lines += [*memory_lines(memory), ""] if memory_lines(memory) else []
     lines += ["## Where it lives", ""] + [f"- {label}: `{value}`" for label, value in where.items()]
     return "\n".join(lines) + "\n"
 
@@ -229,13 +232,14 @@ TASK_SECTIONS = {TEXT_RECOGNITION: text_sections, TEXT_DETECTION: _detection_sec
 
 def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict, steps_csv: Path | None,
            where: dict[str, str], out_dir: Path, search: dict | None = None, *, data_dir: Path,
-           evaluate_dir: Path, duel_dir: Path | None = None, duel_record: dict | None = None) -> ReportResult:
+           evaluate_dir: Path, duel_dir: Path | None = None, duel_record: dict | None = None,
+           memory: dict | None = None) -> ReportResult:
     """Write report.md and its pictures into `out_dir`: training.png (`steps_csv` None: a model trained
     elsewhere, whose `train_metrics` are the source stage's); per_class.png and confusion.png for
     classification; disagreements.png when INT8 and FP32 disagree on a test sample; runtimes.png for
     several runtimes; vs_release.png when the release (the duel stage's `duel_record`, its folder `duel_dir`)
     and this version disagree on a paired sample. `data_dir` and `evaluate_dir` are the data and evaluate
-    stages' folders.
+    stages' folders; `memory`, the earlier stages' peaks and batches (quantgate.memory.record.memory_record).
 
     Raises:
         ValueError: the training steps are empty or unreadable.
@@ -267,7 +271,7 @@ def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict,
         duel_record, gate_record.get(RELEASE_DUEL), duel_dir, data, primary_of(evaluation), shown_as, out_dir, title)
     plots += release_plots
     (out_dir / REPORT_FILE).write_text(render_markdown(title, shown, gate_record, train_metrics, where, search,
-                                                       task_lines, release_lines))
+                                                       task_lines, release_lines, memory))
     metrics = {"report_file": REPORT_FILE, "plots": plots, FONT: sections.font.name if sections.font.draws_strings
                else None, DISAGREEMENTS: sections.disagreements}
     return ReportResult(REPORT_FILE, tuple(plots), metrics)

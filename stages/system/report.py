@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from quantgate.memory.record import markdown_lines as memory_lines
 from quantgate.ocr.combos import LATENCY_P50, SCORES, SPLIT_P50, SQUEEZED, VS_FP32
 from quantgate.pictures.fonts import choose_font
 from quantgate.pictures.page_picture import draw_page, picture_strings, save_crops
@@ -96,8 +97,9 @@ def _page_picture(data_dir: Path, reads: dict, metrics: dict, out_dir: Path) -> 
 
 
 def report_system(title: str, metrics: dict, gate_record: dict, reads: dict, data_dir: Path, out_dir: Path,
-                  components: dict) -> SystemReportResult:
-    """Write report.md, page.png and the crops of the differing lines into `out_dir`.
+                  components: dict, memory: dict | None = None) -> SystemReportResult:
+    """Write report.md, page.png and the crops of the differing lines into `out_dir`; `memory`: the earlier
+    stages' peaks and batches (quantgate.memory.record.memory_record).
 
     Raises:
         PageChanged: a test page changed since the data stage recorded it.
@@ -116,5 +118,6 @@ def report_system(title: str, metrics: dict, gate_record: dict, reads: dict, dat
     lines += [*_criteria(gate_record), "", *_losses(metrics["runtimes"][primary]), ""]
     picture, plots = _page_picture(data_dir, reads, metrics, out_dir)
     lines += picture
+    lines += ["", *memory_lines(memory)] if memory_lines(memory) else []
     (Path(out_dir) / REPORT_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return SystemReportResult({"report_file": REPORT_FILE, "plots": plots})
