@@ -27,7 +27,7 @@ from quantgate.artifacts import StageRef, VersionRef, open_store
 from quantgate.artifacts.reuse import reuse_note
 from quantgate.flows.code_version import code_digest
 from quantgate.flows.stage_logs import library_output, stage_lines, stage_logs_to_prefect
-from quantgate.memory import BUDGET_KEY, PEAK_KEY, PeakMemory, memory_budget
+from quantgate.memory import BUDGET_KEY, PEAK_KEY, PeakMemory, memory_budget, return_freed_memory
 
 STAGE_TASK = {"retries": 0, "cache_policy": NO_CACHE}  # every stage task's decorator settings
 
@@ -74,6 +74,7 @@ def run_stage(
               store.write_stage(version, stage, config, inputs, input_digest=digest) as writer):
             with PeakMemory() as peak:
                 result = work(input_dirs, writer.dir)
+            return_freed_memory()  # what the stage freed is the next one's budget, not this process's heap
             writer.metrics.update(result.metrics)
             writer.metrics.update({PEAK_KEY: peak.gigabytes(), BUDGET_KEY: budget.record()})
     get_run_logger().info("%s: computed, committed %s (inputs digest %s…), peak resident memory %.3f GB", stage,

@@ -12,7 +12,6 @@ it: `python -m quantgate.int8.program_memory` runs the program with every activa
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -129,7 +128,6 @@ def _calibration_probe(prefix: Path, shape: tuple[int, ...], batch: int) -> None
 
     def load():
         executor, scope, program, feeds, fetches = _load(prefix)
-        block = program.global_block()
         for var in program.list_vars():  # what calibration keeps: every activation it samples (nearly all)
             if not var.persistable and var.name not in PLUMBING:
                 var.persistable = True

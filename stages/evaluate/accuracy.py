@@ -12,11 +12,11 @@ import numpy as np
 
 from quantgate.config import EvaluateConfig
 from quantgate.errors import StageError
+from quantgate.memory import BATCHES_KEY
 from quantgate.progress import Progress
 from quantgate.runtimes.cpu import cpu_record
 from quantgate.runtimes.forms import ModelForm, Runner, check_runtimes, library, model_forms, open_runner
 from quantgate.runtimes.latency import measure_forms
-from quantgate.memory import BATCHES_KEY
 from quantgate.runtimes.ort_forms import onnxruntime_int8_form
 from quantgate.samples.reading import StoredData, open_data
 from quantgate.samples.sample_ids import sample_ids

@@ -46,9 +46,9 @@ from pathlib import Path
 from quantgate.config import EvaluateConfig, GatePolicy, QuantizeConfig, QuantizeRecipe
 from quantgate.errors import StageError
 from quantgate.int8.lower_int8 import Lowering
-from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.memory import BATCHES_KEY
 from quantgate.samples.reading import open_data
+from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.quantize.fallback_ranking import FallbackRanking
 from quantgate.stages.quantize.memory_fit import CALIBRATION_LOOP, calibration_choice, choice_record, fitted
 from quantgate.stages.quantize.outputs import SEARCH
@@ -61,9 +61,9 @@ from quantgate.stages.quantize.search_record import (
 )
 from quantgate.stages.quantize.trials import (
     CALIBRATION_METRICS,
+    VALIDATION_LOOP,
     Cache,
     Trial,
-    VALIDATION_LOOP,
     TrialRunner,
     closest_to_fp32,
     kept_trial,

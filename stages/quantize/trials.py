@@ -34,8 +34,8 @@ from quantgate.runtimes.forms import ModelForm
 from quantgate.runtimes.latency import measure
 from quantgate.runtimes.memory_fit import RUNNER_CEILING, runners_batch
 from quantgate.samples.reading import open_data
-from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.evaluate.outputs import ONNXRUNTIME
+from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.quantize.calibration import STATISTIC_ALGOS, Statistics
 from quantgate.stages.quantize.layer_sensitivity import lowered_model
 from quantgate.stages.quantize.ptq import QuantizationError, calibration_batches, calibration_rows, quantize_with_data
