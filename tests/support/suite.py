@@ -41,6 +41,8 @@ SLOW = {
     "tests/stages/test_vision_models.py::test_each_family_goes_from_training_to_a_gated_int8_onnx",  # 88 s, 5 nets
     "tests/integration/test_process_lifetime.py",  # ~110 s: five `quantgate run`s killed at chosen moments
     "tests/integration/test_process_lifetime_prefect.py",  # ~100 s: a Prefect server, a pool and a process worker
+    "tests/integration/test_memory_budget.py",  # ~105 s: PP-OCRv4's detector run within a small memory budget
+    "tests/flows/test_stage_memory.py",  # 25-95 s: a stage measured through run_stage, with Prefect
 }
 
 # Modules whose tests start their own server processes (beside those fixtures SERVER_FIXTURES start).
@@ -86,6 +88,8 @@ MODULE_SECONDS: dict[str, float] = {
     "tests/integration/test_s3_workers.py": 153,
     "tests/integration/test_process_lifetime.py": 110,
     "tests/integration/test_process_lifetime_prefect.py": 100,
+    "tests/integration/test_memory_budget.py": 105,
+    "tests/flows/test_stage_memory.py": 60,
     "tests/integration/test_cli.py": 112,
     "tests/stages/test_vision_models.py": 88,
     "tests/artifacts/test_store_processes.py": 85,
