@@ -20,7 +20,7 @@ from support.ocr_samples import paddleocr_models  # noqa: E402
 
 from quantgate.artifacts import ArtifactStore  # noqa: E402
 from quantgate.demo.pages import write_demo_dataset  # noqa: E402
-from quantgate.memory import BATCHES_KEY  # noqa: E402
+from quantgate.memory import BATCHES_KEY, PEAK_KEY  # noqa: E402
 
 MODEL = "ppocrv4-det"
 PAGE = {"color": "bgr", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "det_limit_side_len": 640,
@@ -109,6 +109,9 @@ def test_a_budget_below_the_default_batches_needs_finishes_with_smaller_batches_
     # hist measures each page: the lowered batch cannot change the scales, and the record says so
     assert calibration["scales_may_differ_from_requested_batch"] is False
     assert budgeted.peak_bytes <= BUDGET_GB * 1e9, f"the run's process tree peaked at {budgeted.peak_bytes / 1e9:.2f} GB"
+    # each stage's manifest says what it used, as the run's own measure saw it
+    for stage in ("quantize", "evaluate"):
+        assert 0.3 < metrics(budgeted, stage)[PEAK_KEY] <= budgeted.peak_bytes / 1e9 + 0.05
 
 
 def test_an_evaluate_batch_that_fits_is_kept_and_latency_is_timed_at_its_fixed_batch(budgeted):
