@@ -97,8 +97,9 @@ def calibration_bytes_at_one(prefix: Path, input_shape: tuple[int, ...]) -> int:
 
 def check_one_sample_fits(prefix: Path, input_shape: tuple[int, ...], budget: MemoryBudget | None = None) -> None:
     """Refuse a model whose calibration cannot hold even one sample of `input_shape` (of every loop, the one that
-    holds the most per sample: every quantized layer's input at once), before anything runs it. The shapes'
-    bound decides when it fits; otherwise one sample is measured in a child process, which the kernel may kill.
+    holds the most per sample: every activation at once), before anything runs it. The sample costs what the
+    shapes say, as the quantize stage will estimate it; where shape inference cannot tell every size, one sample is
+    measured in a child process (which the kernel may kill: that is an answer too).
 
     Raises:
         MemoryRefused: one sample does not fit the budget, naming the bytes, the budget and the settings.
@@ -108,8 +109,8 @@ def check_one_sample_fits(prefix: Path, input_shape: tuple[int, ...], budget: Me
     program = activation_bytes(Path(prefix), shape)
     held = tree_rss_bytes() + 2 * program.parameter_bytes  # the FP32 program and PaddleSlim's copy of it
     sample_in = int(np.prod(shape, dtype=np.int64)) * 4
-    one, measured_by = program.activation_bytes + sample_in, "shapes"
-    if program.unknown_shapes or held + one > budget.bytes:
+    one, measured_by = program.activation_bytes + sample_in, "shapes"  # the quantize stage's own estimate
+    if program.unknown_shapes and held < budget.bytes:  # measure only what the shapes cannot tell
         try:
             one, measured_by = calibration_bytes_at_one(Path(prefix), shape) + sample_in, "measured in a child process"
         except ProbeFailed as exc:
