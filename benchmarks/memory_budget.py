@@ -18,7 +18,7 @@ budget), and the batch sizes left to the budget (`null`) where the config schema
 
 `--quick`: 4 + 4 pages, 32 calibration + 64 test lines, strategy single; evaluate.latency_repeats 10 (quick: 3).
 
-Measured from outside (benchmarks/process_tree.py): wall time, exit code, the peak RSS of the whole process tree
+Measured from outside (benchmarks/process_tree.py): wall time, exit code, the peak resident memory (PSS) of the whole process tree
 every 0.1 s. Read from the committed version through the store's API: each stage's own `peak_rss_gb` and
 `batch_choices` (when this code records them), FP32 and INT8 accuracy per runtime, the gate. Default vs 3 GB of
 one model: the quantize stage's program and params byte for byte (and, when they differ, scale by scale in

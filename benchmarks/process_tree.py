@@ -1,12 +1,12 @@
 """A command's wall time, exit code and peak resident memory of its whole process tree, sampled from outside it.
 
     run = run_sampled(["quantgate", "run", ...], env, log_dir)   # stdout.txt and stderr.txt go into log_dir
-    run.peak_tree_gb                                             # max over samples of the tree's summed RSS
+    run.peak_tree_gb                                             # max over samples of the tree's summed PSS
 
 The tree is the command's process and all its descendants at each sample (psutil, every `interval` seconds):
-the Prefect server, DataLoader workers, latency children. Summed RSS counts pages shared between processes (a
-forked child's copy-on-write pages) once per process, so it can only overstate what the tree held; a peak
-shorter than the interval can be missed.
+the Prefect server, DataLoader workers, latency children. Each process counts its proportional set size (PSS):
+pages shared between processes (a forked child's copy-on-write pages) count once over the tree, as the kernel
+counts them, not once per process as summed RSS would; a peak shorter than the interval can be missed.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from pathlib import Path
 
 import psutil
 
+from quantgate.memory import process_memory_bytes
+
 GB = 1e9
 
 
@@ -26,8 +28,8 @@ GB = 1e9
 class SampledRun:
     exit_code: int
     wall_s: float
-    peak_tree_gb: float  # the largest summed RSS of the tree seen in one sample
-    peak_process_gb: float  # the largest RSS of one process of the tree
+    peak_tree_gb: float  # the largest summed resident memory (PSS) of the tree seen in one sample
+    peak_process_gb: float  # the largest resident memory (PSS) of one process of the tree
     processes_at_peak: int
     samples: int
     stdout: str
@@ -35,7 +37,7 @@ class SampledRun:
 
 
 class TreeSampler(threading.Thread):
-    """Samples the RSS of `pid` and its descendants until `stop()`."""
+    """Samples the resident memory (PSS) of `pid` and its descendants until `stop()`."""
 
     def __init__(self, pid: int, interval: float):
         super().__init__(daemon=True)
@@ -50,7 +52,7 @@ class TreeSampler(threading.Thread):
         sizes = []
         for process in tree:
             try:
-                sizes.append(process.memory_info().rss)
+                sizes.append(process_memory_bytes(process))  # PSS: a forked worker's shared pages count once
             except psutil.Error:  # ended between the listing and the reading
                 continue
         self.samples += 1
@@ -69,7 +71,7 @@ class TreeSampler(threading.Thread):
 
 
 def run_sampled(command: list[str], env: dict, log_dir: Path, interval: float = 0.1) -> SampledRun:
-    """Run `command` to its end with its output in log_dir/stdout.txt and stderr.txt, sampling its tree's RSS."""
+    """Run `command` to its end with its output in log_dir/stdout.txt and stderr.txt, sampling its tree's resident memory (PSS)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     out_file, err_file = log_dir / "stdout.txt", log_dir / "stderr.txt"
     with out_file.open("w") as out, err_file.open("w") as err:

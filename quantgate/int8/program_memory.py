@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from quantgate.memory import MemoryBudget, choose_batch, memory_budget, tree_rss_bytes
+from quantgate.memory import MemoryBudget, choose_batch, memory_budget, tree_memory_bytes
 from quantgate.memory.probe import PROBE_BATCHES, Probe, ProbeFailed, probe, probe_one, run_probe
 
 PLUMBING = ("feed", "fetch")
@@ -107,7 +107,7 @@ def check_one_sample_fits(prefix: Path, input_shape: tuple[int, ...], budget: Me
     """
     budget, shape = budget or memory_budget(), tuple(input_shape)
     program = activation_bytes(Path(prefix), shape)
-    held = tree_rss_bytes() + 2 * program.parameter_bytes  # the FP32 program and PaddleSlim's copy of it
+    held = tree_memory_bytes() + 2 * program.parameter_bytes  # the FP32 program and PaddleSlim's copy of it
     sample_in = int(np.prod(shape, dtype=np.int64)) * 4
     one, measured_by = program.activation_bytes + sample_in, "shapes"  # the quantize stage's own estimate
     if program.unknown_shapes and held < budget.bytes:  # measure only what the shapes cannot tell

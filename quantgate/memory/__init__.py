@@ -7,8 +7,16 @@ estimate fits `budget.memory_budget()`, and refuses (`MemoryRefused`, exit 2) wh
 """
 
 from quantgate.memory.batches import BATCHES_KEY, BatchChoice, MemoryRefused, choose_batch, gigabytes
-from quantgate.memory.budget import MEMORY_ENV, MemoryBudget, memory_budget, return_freed_memory, tree_rss_bytes
+from quantgate.memory.budget import (
+    MEMORY_ENV,
+    MemoryBudget,
+    memory_budget,
+    process_memory_bytes,
+    return_freed_memory,
+    tree_memory_bytes,
+)
 from quantgate.memory.peak import BUDGET_KEY, PEAK_KEY, PeakMemory
 
 __all__ = ["BATCHES_KEY", "BUDGET_KEY", "BatchChoice", "MEMORY_ENV", "MemoryBudget", "MemoryRefused", "PEAK_KEY",
-           "PeakMemory", "choose_batch", "gigabytes", "memory_budget", "return_freed_memory", "tree_rss_bytes"]
+           "PeakMemory", "choose_batch", "gigabytes", "memory_budget", "process_memory_bytes", "return_freed_memory",
+           "tree_memory_bytes"]

@@ -78,14 +78,25 @@ def memory_budget(environ: dict | None = None) -> MemoryBudget:
     return MemoryBudget(int(limit * DEFAULT_FRACTION), f"30 % of the {what}")
 
 
-def tree_rss_bytes(process: psutil.Process | None = None) -> int:
-    """The resident memory of `process` (this one by default) and all its descendants now; a process that ends
-    while it is read counts as nothing."""
+def process_memory_bytes(process: psutil.Process) -> int:
+    """`process`'s resident memory with each page it shares counted in proportion (PSS): summed over a tree, a
+    forked DataLoader worker's copy-on-write pages count once, as the kernel counts them, not once per process
+    (RSS would: a detector run's two workers each showed the 1.4 GB of the parent they were forked from). RSS
+    where the kernel will not tell (another user's process, no smaps_rollup)."""
+    try:
+        return process.memory_full_info().pss
+    except (psutil.AccessDenied, AttributeError):
+        return process.memory_info().rss
+
+
+def tree_memory_bytes(process: psutil.Process | None = None) -> int:
+    """The resident memory of `process` (this one by default) and all its descendants now, shared pages counted
+    once (`process_memory_bytes`); a process that ends while it is read counts as nothing."""
     process = process or psutil.Process()
     total = 0
     for member in (process, *process.children(recursive=True)):
         try:
-            total += member.memory_info().rss
+            total += process_memory_bytes(member)
         except psutil.Error:
             pass
     return total

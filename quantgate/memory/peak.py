@@ -4,10 +4,9 @@ A stage's memory is not only its own process's: DataLoader workers, the latency 
 launcher's ranks all count against the machine, so the peak is taken over the process tree (this process and
 every descendant). Three measurements, of which the peak is the largest:
 
-- a daemon thread sums the resident set size (RSS) over the tree every `SAMPLE_INTERVAL_S`. The sum counts a page
-  shared by several processes (a forked worker's copy-on-write pages) once per process, so it errs high: a budget
-  test may fail for memory that is shared, but never passes for memory that was used. Between two samples a
-  spike can be missed, hence the two exact marks below;
+- a daemon thread sums the resident memory over the tree every `SAMPLE_INTERVAL_S`, a page shared by several of
+  its processes (a forked worker's copy-on-write pages) counted once (PSS, `budget.process_memory_bytes`).
+  Between two samples a spike can be missed, hence the two exact marks below;
 - this process's own high-water mark (VmHWM), exact: reset on entry by writing "5" to /proc/self/clear_refs
   (Linux 4.0 and later) so that it covers the block only, read from /proc/self/status on exit. Where the reset is
   refused (another OS, a locked-down /proc) the mark covers the process's whole life and `own_mark_reset` says so;
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from quantgate.memory.budget import GB, tree_rss_bytes
+from quantgate.memory.budget import GB, tree_memory_bytes
 
 PEAK_KEY = "peak_rss_gb"  # a stage's metrics: the peak resident memory of its process tree, GB (1e9 bytes)
 BUDGET_KEY = "memory_budget"  # a stage's metrics: the budget it ran under, `MemoryBudget.record()`
@@ -98,7 +97,7 @@ class PeakMemory:
             self.own_mark_reset = _reset_own_high_water_mark()
             _active.append(self)
         self._children_before = _children_high_water_mark_bytes()
-        self.sampled_bytes = tree_rss_bytes()
+        self.sampled_bytes = tree_memory_bytes()
         self._thread = threading.Thread(target=self._sample, name="quantgate-peak-memory", daemon=True)
         self._thread.start()
         return self
@@ -106,7 +105,7 @@ class PeakMemory:
     def __exit__(self, *exc_info) -> bool:
         self._stop.set()
         self._thread.join()
-        self.sampled_bytes = max(self.sampled_bytes, tree_rss_bytes())
+        self.sampled_bytes = max(self.sampled_bytes, tree_memory_bytes())
         with _active_lock:
             self.own_bytes = max(self.own_bytes or 0, own_high_water_mark_bytes() or 0) or None
             _active.remove(self)
@@ -117,4 +116,4 @@ class PeakMemory:
     def _sample(self) -> None:
         me = psutil.Process()
         while not self._stop.wait(self.interval_s):
-            self.sampled_bytes = max(self.sampled_bytes, tree_rss_bytes(me))
+            self.sampled_bytes = max(self.sampled_bytes, tree_memory_bytes(me))

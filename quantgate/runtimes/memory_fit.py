@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import shape_inference
 
-from quantgate.memory import BatchChoice, MemoryBudget, choose_batch, memory_budget, tree_rss_bytes
+from quantgate.memory import BatchChoice, MemoryBudget, choose_batch, memory_budget, tree_memory_bytes
 from quantgate.memory.probe import PROBE_BATCHES, Probe, probe, run_probe
 from quantgate.runtimes.forms import ModelForm, open_runner
 
@@ -81,7 +81,7 @@ def runners_batch(loop: str, runners: dict[tuple[str, str], ModelForm], input_sh
         ProbeFailed: a probing process failed.
     """
     budget = budget or memory_budget()
-    held = tree_rss_bytes() + held_bytes
+    held = tree_memory_bytes() + held_bytes
     sample_in = int(np.prod(input_shape, dtype=np.int64)) * 4  # the decoded batch this process holds
     bound = sample_in + sum(_bounds(runners, tuple(input_shape)))
     target = requested or ceiling

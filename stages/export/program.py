@@ -12,7 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from quantgate.int8.program_memory import activation_bytes
 from quantgate.int8.static_graph import load_program, persistable_dtypes, static_mode
+from quantgate.memory import BATCHES_KEY, BatchChoice, choose_batch, memory_budget, tree_memory_bytes
 from quantgate.samples.reading import open_data
 from quantgate.stages.export.inference_model import (
     ExportMismatch,
@@ -25,6 +27,18 @@ from quantgate.stages.source.outputs import MODEL_FILE as SOURCE_MODEL_FILE
 from quantgate.stages.source.outputs import PARAMS_FILE as SOURCE_PARAMS_FILE
 
 REFERENCE_BATCH = 32
+REFERENCE_LOOP = "reference outputs"
+
+
+def reference_chunk(prefix: Path, input_shape: tuple[int, ...]) -> BatchChoice:
+    """How many of the reference images run at once: the executor frees what it no longer needs, so every
+    activation of the program at once bounds a sample's cost (a 960x960 page: 1.3 GB; the 32 pages at once
+    held 7.3 GB)."""
+    program = activation_bytes(prefix, input_shape)
+    return choose_batch(REFERENCE_LOOP, fixed_bytes=tree_memory_bytes() + program.parameter_bytes,
+                        per_sample_bytes=program.activation_bytes, budget=memory_budget(), requested=None,
+                        ceiling=REFERENCE_BATCH, setting="(none: the reference outputs run in chunks that fit)",
+                        subject=f"{prefix.name}.pdmodel on inputs of {'x'.join(map(str, input_shape))}")
 
 
 def export_program(source_dir: Path, data_dir: Path, out_dir: Path, num_workers: int = 0) -> ExportResult:
@@ -47,7 +61,8 @@ def export_program(source_dir: Path, data_dir: Path, out_dir: Path, num_workers:
         # Read to the end (one batch): a loader left suspended keeps its worker processes alive, and their
         # exit later, once OpenVINO has compiled models in this process, crashed it (SIGSEGV).
         (images, _), = list(data.batches("test", REFERENCE_BATCH, num_workers, limit=REFERENCE_BATCH))
-        outputs = saved.run(images)
+        chunk = reference_chunk(out_dir / MODEL_PREFIX, tuple(data.input_shape))
+        outputs = saved.run(images, batch_size=chunk.batch_size)
     not_float32 = low_precision_parameters(dtypes)
     if not_float32:
         shown = dict(list(not_float32.items())[:5])
@@ -70,5 +85,6 @@ def export_program(source_dir: Path, data_dir: Path, out_dir: Path, num_workers:
             "checked_samples": int(len(images)),
             "output_shape": declared,
             "reference": f"the imported program's outputs on the first {len(images)} test images",
+            BATCHES_KEY: {REFERENCE_LOOP: chunk.record()},
         },
     )

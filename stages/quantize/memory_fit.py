@@ -18,7 +18,7 @@ import numpy as np
 
 from quantgate.config import QuantizeConfig
 from quantgate.int8.program_memory import activation_bytes, probe_calibration
-from quantgate.memory import BatchChoice, MemoryBudget, choose_batch, memory_budget, tree_rss_bytes
+from quantgate.memory import BatchChoice, MemoryBudget, choose_batch, memory_budget, tree_memory_bytes
 from quantgate.samples.reading import StoredData, open_data
 from quantgate.stages.export.outputs import MODEL_FILE
 
@@ -58,7 +58,7 @@ def _choose(config: QuantizeConfig, model_dir: Path, data: StoredData, budget: M
     shape = tuple(data.input_shape)
     prefix = model_dir / Path(MODEL_FILE).stem
     program = activation_bytes(prefix, shape)
-    held = tree_rss_bytes() + 2 * program.parameter_bytes  # the FP32 program and PaddleSlim's copy
+    held = tree_memory_bytes() + 2 * program.parameter_bytes  # the FP32 program and PaddleSlim's copy
     sample_in = int(np.prod(shape, dtype=np.int64)) * 4
     subject = f"{prefix.name}.pdmodel on inputs of {'x'.join(map(str, shape))}"
     settings = dict(budget=budget, requested=config.batch_size, ceiling=CALIBRATION_CEILING,

@@ -20,7 +20,7 @@ from support.ocr_samples import paddleocr_models  # noqa: E402
 
 from quantgate.artifacts import ArtifactStore  # noqa: E402
 from quantgate.demo.pages import write_demo_dataset  # noqa: E402
-from quantgate.memory import BATCHES_KEY, PEAK_KEY  # noqa: E402
+from quantgate.memory import BATCHES_KEY, PEAK_KEY, process_memory_bytes  # noqa: E402
 
 MODEL = "ppocrv4-det"
 PAGE = {"color": "bgr", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "det_limit_side_len": 640,
@@ -40,7 +40,7 @@ def detector_config(models, pages: Path) -> dict:
 
 
 class TreePeak:
-    """The largest resident memory of a process and all its descendants, sampled every 50 ms."""
+    """The largest resident memory of a process and all its descendants (PSS), sampled every 50 ms."""
 
     def __init__(self, process: psutil.Process):
         self.process, self.peak, self._done = process, 0, threading.Event()
@@ -56,7 +56,7 @@ class TreePeak:
             total = 0
             for member in members:
                 try:
-                    total += member.memory_info().rss
+                    total += process_memory_bytes(member)  # shared pages once, as the kernel counts them
                 except psutil.Error:
                     pass
             self.peak = max(self.peak, total)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from quantgate.errors import EXIT_BAD_INPUT
-from quantgate.memory import MEMORY_ENV, MemoryBudget, MemoryRefused, choose_batch, memory_budget, tree_rss_bytes
+from quantgate.memory import MEMORY_ENV, MemoryBudget, MemoryRefused, choose_batch, memory_budget, tree_memory_bytes
 from quantgate.memory.budget import BadMemoryBudget, machine_memory
 
 GB = 10**9
@@ -64,4 +64,4 @@ def test_a_budget_that_is_not_a_positive_number_is_bad_input_naming_the_variable
 
 
 def test_the_process_tree_counts_this_process():
-    assert tree_rss_bytes() > 10 * 2**20
+    assert tree_memory_bytes() > 10 * 2**20

@@ -13,7 +13,7 @@ import numpy as np
 import psutil
 import pytest
 
-from quantgate.memory import PEAK_KEY, PeakMemory, tree_rss_bytes
+from quantgate.memory import PEAK_KEY, PeakMemory, tree_memory_bytes
 from quantgate.memory.peak import CLEAR_REFS, own_high_water_mark_bytes
 
 ALLOCATED = 300_000_000  # bytes a child touches: far above the interpreter's own ~30 MB and the test's noise
@@ -34,7 +34,7 @@ PARENT = textwrap.dedent("""
 
 
 def baseline_bytes() -> int:
-    return tree_rss_bytes()
+    return tree_memory_bytes()
 
 
 def own_rss_bytes() -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from quantgate.config import EvaluateConfig
-from quantgate.memory import BATCHES_KEY, MEMORY_ENV, tree_rss_bytes
+from quantgate.memory import BATCHES_KEY, MEMORY_ENV, tree_memory_bytes
 from quantgate.stages.evaluate.accuracy import evaluate
 from quantgate.stages.evaluate.outputs import PREDICTIONS_FILE
 
@@ -27,7 +27,7 @@ def evaluated(stage_dirs, out_dir, budget_gb: float | None, monkeypatch, batch_s
 
 def test_the_accuracy_batch_changes_neither_the_predictions_nor_the_latency_batch(stage_dirs, tmp_path, monkeypatch):
     roomy = evaluated(stage_dirs, tmp_path / "roomy", None, monkeypatch)
-    tight = evaluated(stage_dirs, tmp_path / "tight", (tree_rss_bytes() + 0.5e9) / 1e9, monkeypatch, batch_size=7)
+    tight = evaluated(stage_dirs, tmp_path / "tight", (tree_memory_bytes() + 0.5e9) / 1e9, monkeypatch, batch_size=7)
     assert roomy[BATCHES_KEY][ACCURACY]["batch_size"] == 64 and roomy[BATCHES_KEY][ACCURACY]["requested"] is None
     assert (tight[BATCHES_KEY][ACCURACY]["batch_size"], tight[BATCHES_KEY][ACCURACY]["requested"]) == (7, 7)
     for metrics in (roomy, tight):
