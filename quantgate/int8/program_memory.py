@@ -1,12 +1,15 @@
 """What calibrating a Paddle inference program holds per sample: from its shapes, or measured in a child process.
 
 PaddleSlim's calibration makes every activation it samples persistable (`_set_activation_persistable`: the
-inputs of the layers it quantizes and the outputs of nearly every op, for their output scales), so a batch's
-activations stay in the scope at once: PP-OCRv4's detector at 960x960 held 13.3 GB calibrating 12 pages in one
-batch. The sum of every activation of the program at one sample (Paddle's own shape inference, op by op) is
-then what a sample costs; `activation_bytes` gives it (1.33 GB a page for that detector). Where shape inference
-cannot tell a size (a reshape computed from the data, as in PP-OCRv4's recognizer), `probe_calibration` measures
-it: `python -m quantgate.int8.program_memory` runs the program with every activation persistable.
+inputs and outputs of the layers it quantizes and the outputs of nearly every other op, for their output
+scales), so a batch's activations stay in the scope at once: PP-OCRv4's detector at 960x960 held 13.3 GB
+calibrating 12 pages in one batch. The sum of every activation of the program at one sample (Paddle's own shape
+inference, op by op: `activation_bytes`) is then the unit of `calibration_cost`. Measured on that detector
+(quantize stage, hist, one pass, this machine), calibration grew by 1.03-1.08 times that sum per page at 640x640
+and 960x960, on top of 0.37-0.59 times it held whatever the batch (the executor's and oneDNN's working memory,
+the images being fed): CALIBRATION_PER_SAMPLE and CALIBRATION_WORKING round both up. Where shape inference
+cannot tell a size (a reshape computed from the data, as in PP-OCRv4's recognizer), `probe_calibration`
+measures instead: `python -m quantgate.int8.program_memory` runs the program with every activation persistable.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from quantgate.memory import MemoryBudget, choose_batch, memory_budget, tree_mem
 from quantgate.memory.probe import PROBE_BATCHES, Probe, ProbeFailed, probe, probe_one, run_probe
 
 PLUMBING = ("feed", "fetch")
+CALIBRATION_PER_SAMPLE = 1.1  # x every activation of a sample: the activations kept, and what measuring them copies
+CALIBRATION_WORKING = 0.6  # x every activation of a sample, held whatever the batch: executor and oneDNN scratch
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,32 @@ def activation_bytes(prefix: Path, input_shape: tuple[int, ...]) -> ProgramMemor
     return ProgramMemory(activations, parameters, unknown)
 
 
+@dataclass(frozen=True)
+class CalibrationCost:
+    fixed_bytes: int  # what calibrating holds whatever the batch, beyond the process as it was before
+    per_sample_bytes: int
+    measured_by: str
+
+
+def calibration_cost(prefix: Path, input_shape: tuple[int, ...]) -> CalibrationCost:
+    """What calibrating the program at `prefix` on samples of `input_shape` costs: from the shapes where every size
+    is known, else measured (`probe_calibration`).
+
+    Raises:
+        ProbeFailed: the measuring process failed.
+    """
+    shape = tuple(input_shape)
+    program = activation_bytes(Path(prefix), shape)
+    sample_in = int(np.prod(shape, dtype=np.int64)) * 4
+    parameters = 2 * program.parameter_bytes  # the FP32 program and PaddleSlim's copy of it
+    if not program.unknown_shapes:
+        return CalibrationCost(parameters + int(CALIBRATION_WORKING * program.activation_bytes),
+                               int(CALIBRATION_PER_SAMPLE * program.activation_bytes) + sample_in, "shapes")
+    probe = probe_calibration(Path(prefix), shape)
+    return CalibrationCost(parameters + probe.fixed_bytes, int(CALIBRATION_PER_SAMPLE * probe.per_sample_bytes)
+                           + sample_in, probe.measured_by)
+
+
 @lru_cache(maxsize=8)
 def probe_calibration(prefix: Path, input_shape: tuple[int, ...]) -> Probe:
     """What calibrating the program at `prefix` holds, measured at PROBE_BATCHES in a fresh process.
@@ -97,9 +128,9 @@ def calibration_bytes_at_one(prefix: Path, input_shape: tuple[int, ...]) -> int:
 
 def check_one_sample_fits(prefix: Path, input_shape: tuple[int, ...], budget: MemoryBudget | None = None) -> None:
     """Refuse a model whose calibration cannot hold even one sample of `input_shape` (of every loop, the one that
-    holds the most per sample: every activation at once), before anything runs it. The sample costs what the
-    shapes say, as the quantize stage will estimate it; where shape inference cannot tell every size, one sample is
-    measured in a child process (which the kernel may kill: that is an answer too).
+    holds the most per sample: every activation at once), before anything runs it. It costs what the quantize stage
+    will estimate (`calibration_cost`); where shape inference cannot tell every size, one sample is measured in a
+    child process instead (which the kernel may kill: that is an answer too).
 
     Raises:
         MemoryRefused: one sample does not fit the budget, naming the bytes, the budget and the settings.
@@ -107,19 +138,20 @@ def check_one_sample_fits(prefix: Path, input_shape: tuple[int, ...], budget: Me
     """
     budget, shape = budget or memory_budget(), tuple(input_shape)
     program = activation_bytes(Path(prefix), shape)
-    held = tree_memory_bytes() + 2 * program.parameter_bytes  # the FP32 program and PaddleSlim's copy of it
-    sample_in = int(np.prod(shape, dtype=np.int64)) * 4
-    one, measured_by = program.activation_bytes + sample_in, "shapes"  # the quantize stage's own estimate
+    held, sample_in = tree_memory_bytes(), int(np.prod(shape, dtype=np.int64)) * 4
+    fixed = 2 * program.parameter_bytes + int(CALIBRATION_WORKING * program.activation_bytes)
+    one, measured_by = int(CALIBRATION_PER_SAMPLE * program.activation_bytes) + sample_in, "shapes"
     if program.unknown_shapes and held < budget.bytes:  # measure only what the shapes cannot tell
-        try:
-            one, measured_by = calibration_bytes_at_one(Path(prefix), shape) + sample_in, "measured in a child process"
+        try:  # one sample only: nothing larger than what is being checked is tried
+            fixed, one = 0, calibration_bytes_at_one(Path(prefix), shape) + sample_in
+            measured_by = "measured in a child process"
         except ProbeFailed as exc:
             if not exc.killed:
                 raise
             measured_by = "shapes (measuring one sample was killed)"
-    choose_batch("calibration", fixed_bytes=held, per_sample_bytes=one, budget=budget, requested=None, ceiling=1,
-                 setting="quantize.batch_size", subject=f"{Path(prefix).parent.name}/{Path(prefix).name}.pdmodel on inputs of "
-                 f"{'x'.join(map(str, shape))}", measured_by=measured_by)
+    choose_batch("calibration", fixed_bytes=held + fixed, per_sample_bytes=one, budget=budget, requested=None,
+                 ceiling=1, setting="quantize.batch_size", subject=f"{Path(prefix).parent.name}/{Path(prefix).name}"
+                 f".pdmodel on inputs of {'x'.join(map(str, shape))}", measured_by=measured_by)
 
 
 def _calibration_probe(prefix: Path, shape: tuple[int, ...], batch: int) -> None:

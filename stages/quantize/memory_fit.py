@@ -14,10 +14,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import numpy as np
-
 from quantgate.config import QuantizeConfig
-from quantgate.int8.program_memory import activation_bytes, probe_calibration
+from quantgate.int8.program_memory import calibration_cost
 from quantgate.memory import BatchChoice, MemoryBudget, choose_batch, memory_budget, tree_memory_bytes
 from quantgate.samples.reading import StoredData, open_data
 from quantgate.stages.export.outputs import MODEL_FILE
@@ -57,19 +55,11 @@ def calibration_choice(config: QuantizeConfig, model_dir: Path, data: StoredData
 def _choose(config: QuantizeConfig, model_dir: Path, data: StoredData, budget: MemoryBudget) -> BatchChoice:
     shape = tuple(data.input_shape)
     prefix = model_dir / Path(MODEL_FILE).stem
-    program = activation_bytes(prefix, shape)
-    held = tree_memory_bytes() + 2 * program.parameter_bytes  # the FP32 program and PaddleSlim's copy
-    sample_in = int(np.prod(shape, dtype=np.int64)) * 4
-    subject = f"{prefix.name}.pdmodel on inputs of {'x'.join(map(str, shape))}"
-    settings = dict(budget=budget, requested=config.batch_size, ceiling=CALIBRATION_CEILING,
-                    setting="quantize.batch_size", subject=subject)
-    if not program.unknown_shapes:  # every activation's size is known: their sum is what a sample holds
-        return choose_batch(CALIBRATION_LOOP, fixed_bytes=held, per_sample_bytes=program.activation_bytes + sample_in,
-                            measured_by="shapes", **settings)
-    probe = probe_calibration(prefix, shape)
-    return choose_batch(CALIBRATION_LOOP, fixed_bytes=held + probe.fixed_bytes,
-                        per_sample_bytes=probe.per_sample_bytes + sample_in, measured_by=probe.measured_by,
-                        **settings)
+    cost = calibration_cost(prefix, shape)
+    return choose_batch(CALIBRATION_LOOP, fixed_bytes=tree_memory_bytes() + cost.fixed_bytes,
+                        per_sample_bytes=cost.per_sample_bytes, measured_by=cost.measured_by, budget=budget,
+                        requested=config.batch_size, ceiling=CALIBRATION_CEILING, setting="quantize.batch_size",
+                        subject=f"{prefix.name}.pdmodel on inputs of {'x'.join(map(str, shape))}")
 
 
 def batch_matters(config: QuantizeConfig, choice: BatchChoice) -> bool:

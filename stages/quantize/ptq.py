@@ -137,6 +137,7 @@ def quantize_with_data(
             with closing(data.fetch("calibration", chunks, num_workers)) as stream:
                 equalized = equalized_copy(fp32, (images for images, _ in stream),
                                            Path(scratch) / Path(MODEL_FILE).stem)
+        release_scope(fp32.scope)  # nothing below runs it: its tensors are not calibration's to hold beside its own
         if equalized:  # PaddleSlim calibrates the rescaled copy; the export stays as it was
             model_dir, model_file, params_file = scratch, MODEL_FILE, PARAMS_FILE
             log.info("quantize: %s rescaled channel by channel for its depthwise conv (channel ranges %s apart)",
