@@ -12,7 +12,7 @@ import numpy as np
 
 from quantgate.config import EvaluateConfig
 from quantgate.errors import StageError
-from quantgate.memory import BATCHES_KEY
+from quantgate.memory import BATCHES_KEY, return_freed_memory
 from quantgate.progress import Progress
 from quantgate.runtimes.cpu import cpu_record
 from quantgate.runtimes.forms import ModelForm, Runner, check_runtimes, library, model_forms, open_runner
@@ -167,6 +167,7 @@ def _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2
     task, labels, ids = data.task, data.references("test"), sample_ids(data, "test")
     split = predict_split(runners, data, "test", batch_size, workers)
     del runners  # their worker threads must not share the cores with the latency processes
+    return_freed_memory()  # nor their arenas the memory: the latency batch was sized beside this process as it began
     log.info("evaluate: predicted %d test samples in %s at batch %d; timing %d runs per model at batch %d and at "
              "batch 1", len(labels), ", ".join(runtimes), batch_size, config.latency_repeats, len(latency_batch))
 
