@@ -93,8 +93,12 @@ def tree_memory_bytes(process: psutil.Process | None = None) -> int:
     """The resident memory of `process` (this one by default) and all its descendants now, shared pages counted
     once (`process_memory_bytes`); a process that ends while it is read counts as nothing."""
     process = process or psutil.Process()
+    try:
+        members = [process, *process.children(recursive=True)]
+    except psutil.Error:  # it ended
+        return 0
     total = 0
-    for member in (process, *process.children(recursive=True)):
+    for member in members:
         try:
             total += process_memory_bytes(member)
         except psutil.Error:

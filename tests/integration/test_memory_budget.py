@@ -20,7 +20,7 @@ from support.ocr_samples import paddleocr_models  # noqa: E402
 
 from quantgate.artifacts import ArtifactStore  # noqa: E402
 from quantgate.demo.pages import write_demo_dataset  # noqa: E402
-from quantgate.memory import BATCHES_KEY, PEAK_KEY, process_memory_bytes  # noqa: E402
+from quantgate.memory import BATCHES_KEY, PEAK_KEY, tree_memory_bytes  # noqa: E402
 
 MODEL = "ppocrv4-det"
 PAGE = {"color": "bgr", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "det_limit_side_len": 640,
@@ -48,18 +48,8 @@ class TreePeak:
         self._thread.start()
 
     def _sample(self) -> None:
-        while not self._done.wait(0.05):
-            try:
-                members = [self.process, *self.process.children(recursive=True)]
-            except psutil.Error:
-                return
-            total = 0
-            for member in members:
-                try:
-                    total += process_memory_bytes(member)  # shared pages once, as the kernel counts them
-                except psutil.Error:
-                    pass
-            self.peak = max(self.peak, total)
+        while not self._done.wait(0.05) and self.process.is_running():
+            self.peak = max(self.peak, tree_memory_bytes(self.process))  # shared pages once, as the kernel counts
 
     def stop(self) -> int:
         self._done.set()
