@@ -42,7 +42,8 @@ def detector_config(models, root: Path, **data) -> dict:
                  "test_label_file": str(root / "test.txt"), "num_workers": 0,
                  "transforms": dict(PADDLEOCR_PAGE), **data},
         "quantize": {"strategy": "single", "batch_size": 4, "batch_nums": 1},
-        "evaluate": {"latency_repeats": 3, "batch_size": 2, "runtimes": ["onnxruntime", "openvino"]},
+        "evaluate": {"latency_repeats": 3, "batch_size": 2, "latency_batch_size": 2,
+                     "runtimes": ["onnxruntime", "openvino"]},
         "gate": {"min_speedup": 0, "min_paired_samples": 4},
     }
 
@@ -182,7 +183,8 @@ def recognizer_run(quantgate_cli, models, detector_run, tmp_path_factory):
                  "transforms": {"rec_image_shape": [3, 48, 320], "color": "bgr", "mean": [0.5], "std": [0.5],
                                 "line_padding": "zero"}},
         "quantize": {"strategy": "single", "batch_size": 8},
-        "evaluate": {"latency_repeats": 3, "batch_size": 8, "runtimes": ["onnxruntime", "openvino"]},
+        "evaluate": {"latency_repeats": 3, "batch_size": 8, "latency_batch_size": 8,
+                     "runtimes": ["onnxruntime", "openvino"]},
         "gate": {"min_speedup": 0, "max_accuracy_drop": 20, "min_agreement": 0.5, "max_cer_increase_pts": 10},
     }
     result = run_config(quantgate_cli, config, tmp_path_factory.mktemp("rec-config"), folder / "store")

@@ -28,7 +28,7 @@ def test_latency_and_size_are_measured(stage_dirs):
     for model in ("fp32", "int8"):
         assert 0 < metrics[f"latency_ms_p50_{model}"] <= metrics[f"latency_ms_p90_{model}"]
         assert metrics[f"model_bytes_{model}"] == (stage_dirs.convert / f"{model}.onnx").stat().st_size
-    assert metrics["ort_threads"] == 2 and metrics["latency_batch_size"] == 64
+    assert metrics["ort_threads"] == 2 and metrics["latency_batch_size"] == 16  # evaluate.latency_batch_size
 
 
 def test_speedup_and_size_ratio_come_from_the_measured_latencies_and_files(stage_dirs):
@@ -68,7 +68,7 @@ def test_latency_is_also_measured_at_batch_1_with_the_same_repeats(stage_dirs):
         assert entry[f"latency_ms_p50_{model}_batch1"] == p50
     assert metrics["speedup_int8_vs_fp32_batch1"] == \
         metrics["latency_ms_p50_fp32_batch1"] / metrics["latency_ms_p50_int8_batch1"]
-    assert metrics["latency_batch_size"] == 64  # the other numbers' batch
+    assert metrics["latency_batch_size"] == 16  # the other numbers' batch: evaluate.latency_batch_size
     assert {"latency_ms_p50_fp32_batch1", "latency_ms_p50_int8_batch1", "speedup_int8_vs_fp32_batch1"} <= \
         set(OUTPUTS.metrics)
 
