@@ -59,10 +59,14 @@ def activation_bytes(prefix: Path, input_shape: tuple[int, ...]) -> ProgramMemor
         _, _, program, feeds, _ = _load(prefix)
         block = program.global_block()
         block.var(feeds[0]).desc.set_shape([1, *input_shape])
+        failed = 0
         for op in block.ops:
             if op.type not in PLUMBING:
-                op.desc.infer_shape(block.desc)
-        activations = parameters = unknown = 0
+                try:
+                    op.desc.infer_shape(block.desc)
+                except (ValueError, RuntimeError):  # e.g. an rnn whose initial state keeps the batch as -1
+                    failed += 1
+        activations, parameters, unknown = 0, 0, failed
         for var in block.vars.values():
             if var.name in PLUMBING or var.type != paddle.base.core.VarDesc.VarType.DENSE_TENSOR:
                 continue

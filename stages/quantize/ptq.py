@@ -122,6 +122,8 @@ def quantize_with_data(
         QuantizationError: the split is too small for the requested batches, or nothing was quantized.
         DataChanged: an image file changed since the data stage recorded it.
     """
+    if config.batch_size is None:  # the batch is chosen for this machine's memory (`quantize` records why)
+        config = fitted(config, calibration_choice(config, model_dir, data))
     batches = calibration_batches(data.size("calibration"), config)
     rows = calibration_rows(data.size("calibration"), batches * config.batch_size)
     chunks = [rows[start: start + config.batch_size] for start in range(0, len(rows), config.batch_size)]

@@ -38,6 +38,7 @@ from quantgate.stages.evaluate.outputs import ONNXRUNTIME
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.quantize.calibration import STATISTIC_ALGOS, Statistics
 from quantgate.stages.quantize.layer_sensitivity import lowered_model
+from quantgate.stages.quantize.memory_fit import calibration_choice, fitted
 from quantgate.stages.quantize.ptq import QuantizationError, calibration_batches, calibration_rows, quantize_with_data
 from quantgate.stages.quantize.validation_check import ValidationCheck, policy_failures
 
@@ -155,6 +156,8 @@ class TrialRunner:
         # Calibration and validation images are streamed from the data stage's folder by every trial;
         # only the latency batch is held.
         self.data, self.num_workers = open_data(data_dir), num_workers
+        if config.batch_size is None:  # as `search_quantization` fits it (the same choice: it is cached)
+            config = self.full_config = fitted(config, calibration_choice(config, model_dir, self.data))
         self.config = trial_settings(config, self.data.size("calibration"))
         self.fp32_onnx = scratch / "fp32.onnx"
         to_onnx(self.model_dir / MODEL_FILE, self.model_dir / PARAMS_FILE, self.fp32_onnx)

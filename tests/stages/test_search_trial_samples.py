@@ -10,6 +10,7 @@ from quantgate.artifacts.cache import ContentCache
 from quantgate.config import EvaluateConfig, GatePolicy, QuantizeConfig
 from quantgate.stages.data import open_data
 from quantgate.stages.quantize.outputs import SEARCH_FILE
+from quantgate.stages.quantize.memory_fit import CALIBRATION_CEILING
 from quantgate.stages.quantize.ptq import calibration_batches
 from quantgate.stages.quantize.search import search_quantization
 from quantgate.stages.quantize.trials import TrialRunner
@@ -29,8 +30,9 @@ def search(stage_dirs, out, cache=None, **search_settings):
 
 
 def full_set_samples(stage_dirs) -> int:
-    """How many rows quantize's own setting (max_calibration_samples 1024) calibrates on here."""
-    config = QuantizeConfig()
+    """How many rows quantize's own setting (max_calibration_samples 1024) calibrates on here, at the batch the
+    digits get (the ceiling: they fit any budget)."""
+    config = QuantizeConfig(batch_size=CALIBRATION_CEILING)
     samples = open_data(stage_dirs.data).size("calibration")
     return min(samples, calibration_batches(samples, config) * config.batch_size)
 
