@@ -25,7 +25,7 @@ from quantgate.memory import BATCHES_KEY, PEAK_KEY, tree_memory_bytes  # noqa: E
 MODEL = "ppocrv4-det"
 PAGE = {"color": "bgr", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "det_limit_side_len": 640,
         "det_canvas": [640, 640]}
-# At 640x640 calibration holds ~0.12 GB a page: quantize.batch_size 32 needs ~4 GB beyond the run's own ~1.5 GB.
+# At 640x640 calibration holds ~0.6 GB a page: quantize.batch_size 32 would need ~20 GB beside the run's ~1 GB.
 BUDGET_GB = 2.6
 
 
