@@ -44,6 +44,7 @@ def _config(form: ModelForm, threads: int) -> paddle_infer.Config:
     config.disable_gpu()
     config.set_cpu_math_library_num_threads(threads)
     config.switch_ir_optim(True)
+    config.enable_memory_optim()  # tensors reuse memory: without it every activation of a batch is held (PP-OCRv4 rec: 0.12 GB a line)
     config.enable_onednn()
     if form.int8:
         config.enable_onednn_int8()
