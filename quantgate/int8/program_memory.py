@@ -138,7 +138,6 @@ def check_one_sample_fits(prefix: Path, input_shape: tuple[int, ...], budget: Me
 
     Raises:
         MemoryRefused: one sample does not fit the budget, naming the bytes, the budget and the settings.
-        ProbeFailed: the measuring process failed other than by a signal.
     """
     budget, shape = budget or memory_budget(), tuple(input_shape)
     program = activation_bytes(Path(prefix), shape)
@@ -150,8 +149,8 @@ def check_one_sample_fits(prefix: Path, input_shape: tuple[int, ...], budget: Me
             fixed, one = 0, calibration_bytes_at_one(Path(prefix), shape) + sample_in
             measured_by = "measured in a child process"
         except ProbeFailed as exc:
-            if not exc.killed:
-                raise
+            if not exc.killed:  # the program cannot run this sample at all: the model's own checks say why
+                return
             measured_by = "shapes (measuring one sample was killed)"
     choose_batch("calibration", fixed_bytes=held + fixed, per_sample_bytes=one, budget=budget, requested=None,
                  ceiling=1, setting="quantize.batch_size", subject=f"{Path(prefix).parent.name}/{Path(prefix).name}"

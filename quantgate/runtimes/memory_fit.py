@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,9 +21,12 @@ import onnx
 from onnx import shape_inference
 
 from quantgate.memory import BatchChoice, MemoryBudget, choose_batch, memory_budget, tree_memory_bytes
-from quantgate.memory.probe import PROBE_BATCHES, Probe, probe, run_probe
+from quantgate.memory.probe import PROBE_BATCHES, Probe, ProbeFailed, probe, run_probe
 from quantgate.runtimes.forms import ModelForm, open_runner
 
+log = logging.getLogger(__name__)
+
+UNKNOWN = 1 << 62  # a bound no budget holds: the loop measures instead
 RUNNER_CEILING = 64  # the largest batch chosen without a setting: beyond it a CPU runtime gains no speed, only memory
 ONNX_BYTES = {onnx.TensorProto.FLOAT: 4, onnx.TensorProto.FLOAT16: 2, onnx.TensorProto.INT8: 1,
               onnx.TensorProto.UINT8: 1, onnx.TensorProto.INT32: 4, onnx.TensorProto.INT64: 8,
@@ -51,8 +55,7 @@ def _bounds(runners: dict[tuple[str, str], ModelForm], input_shape: tuple[int, .
     """Each runner's bound per sample. A Paddle program (a folder) is the network its ONNX twins are: it takes
     their largest bound (with no ONNX runner beside it, no bound: the loop probes)."""
     onnx_bounds = [onnx_activation_bytes(form.path, input_shape) for form in runners.values() if not form.path.is_dir()]
-    unknown = 1 << 62
-    return [max(onnx_bounds, default=unknown) if form.path.is_dir() else onnx_activation_bytes(form.path, input_shape)
+    return [max(onnx_bounds, default=UNKNOWN) if form.path.is_dir() else onnx_activation_bytes(form.path, input_shape)
             for form in runners.values()]
 
 
@@ -88,7 +91,19 @@ def runners_batch(loop: str, runners: dict[tuple[str, str], ModelForm], input_sh
     if held + target * bound <= budget.bytes:  # the bound fits: no need to measure
         return choose_batch(loop, fixed_bytes=held, per_sample_bytes=bound, budget=budget, requested=requested,
                             ceiling=ceiling, setting=setting, subject=subject, measured_by="shapes")
-    probes = [probe_runner(runtime, form, threads, tuple(input_shape)) for (runtime, _), form in runners.items()]
+    try:
+        probes = [probe_runner(runtime, form, threads, tuple(input_shape)) for (runtime, _), form in runners.items()]
+    except ProbeFailed as exc:
+        if exc.killed:
+            raise
+        # A model its runtime cannot run (an op it lacks) fails the same way in the loop, which names the op: size
+        # the loop by the shapes where they tell, and let it fail there.
+        log.warning("%s: a model could not be run to measure its memory; sized by its shapes where they tell (%s)",
+                    loop, str(exc).splitlines()[0])
+        known = [size for size in _bounds(runners, tuple(input_shape)) if size < UNKNOWN]
+        return choose_batch(loop, fixed_bytes=held, per_sample_bytes=sample_in + sum(known), budget=budget,
+                            requested=requested, ceiling=ceiling, setting=setting, subject=subject,
+                            measured_by="shapes where known (a model could not be run to measure it)")
     interpreter = max(p.interpreter_bytes for p in probes) if own_process else 0
     return choose_batch(loop, fixed_bytes=held + interpreter + sum(p.fixed_bytes for p in probes),
                         per_sample_bytes=sample_in + sum(p.per_sample_bytes for p in probes), budget=budget,

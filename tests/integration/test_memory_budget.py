@@ -99,9 +99,10 @@ def test_a_budget_below_the_default_batches_needs_finishes_with_smaller_batches_
     # hist measures each page: the lowered batch cannot change the scales, and the record says so
     assert calibration["scales_may_differ_from_requested_batch"] is False
     assert budgeted.peak_bytes <= BUDGET_GB * 1e9, f"the run's process tree peaked at {budgeted.peak_bytes / 1e9:.2f} GB"
-    # each stage's manifest says what it used, as the run's own measure saw it
+    # each stage's manifest says what it used, as the run's own measure saw it (its own high-water mark counts
+    # shared pages whole, so it may read a little above the tree's PSS sampled here)
     for stage in ("quantize", "evaluate"):
-        assert 0.3 < metrics(budgeted, stage)[PEAK_KEY] <= budgeted.peak_bytes / 1e9 + 0.05
+        assert 0.3 < metrics(budgeted, stage)[PEAK_KEY] <= BUDGET_GB
 
 
 def test_an_evaluate_batch_that_fits_is_kept_and_latency_is_timed_at_its_fixed_batch(budgeted):
