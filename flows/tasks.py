@@ -236,9 +236,9 @@ def quantize_task(
     `convert_config` will lower the kept one."""
     weight_bits = this_cpus_weight_bits().bits  # the grid the weights are rounded to, once, from FP32
 
-    def batch_environment() -> dict:  # a per-batch algorithm's lowered batch is part of what decides the scales
+    def batch_environment() -> dict:  # a lowered batch the scales depend on is part of what decides them
         store = open_store(store_root)
-        return calibration_environment(config, store.verify_stage(exported), store.verify_stage(data))
+        return calibration_environment(config, lambda: (store.verify_stage(exported), store.verify_stage(data)))
 
     if config.strategy == "single":
         return run_stage(

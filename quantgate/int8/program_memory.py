@@ -15,13 +15,15 @@ measures instead: `python -m quantgate.int8.program_memory` runs the program wit
 from __future__ import annotations
 
 import argparse
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+import paddle
+from paddle.base.data_feeder import convert_dtype
 
+from quantgate.int8.static_graph import LoadedProgram, load_program, static_mode
 from quantgate.memory import MemoryBudget, choose_batch, memory_budget, tree_memory_bytes
 from quantgate.memory.probe import PROBE_BATCHES, Probe, ProbeFailed, probe, probe_one, run_probe
 
@@ -37,28 +39,13 @@ class ProgramMemory:
     unknown_shapes: int  # activations whose size shape inference could not tell (not counted)
 
 
-def _load(prefix: Path):
-    import paddle
-
-    executor = paddle.static.Executor(paddle.CPUPlace())
-    scope = paddle.static.Scope()
-    with paddle.static.scope_guard(scope):
-        program, feeds, fetches = paddle.static.load_inference_model(str(prefix), executor)
-    return executor, scope, program, feeds, fetches
-
-
 @lru_cache(maxsize=8)
 def activation_bytes(prefix: Path, input_shape: tuple[int, ...]) -> ProgramMemory:
     """The program at `prefix` with one sample of `input_shape` (CHW): its activations' and parameters' bytes."""
-    import paddle
-    from paddle.base.data_feeder import convert_dtype
-
-    from quantgate.int8.static_graph import static_mode
-
     with static_mode():
-        _, _, program, feeds, _ = _load(prefix)
-        block = program.global_block()
-        block.var(feeds[0]).desc.set_shape([1, *input_shape])
+        loaded = load_program(prefix)
+        block = loaded.program.global_block()
+        block.var(loaded.feeds[0]).desc.set_shape([1, *input_shape])
         failed = 0
         for op in block.ops:
             if op.type not in PLUMBING:
@@ -90,9 +77,16 @@ class CalibrationCost:
     measured_by: str
 
 
+def _from_shapes(program: ProgramMemory, sample_in: int) -> CalibrationCost:
+    """Calibration's cost as the shapes tell it (the module docstring says how the factors were measured)."""
+    return CalibrationCost(2 * program.parameter_bytes + int(CALIBRATION_WORKING * program.activation_bytes),
+                           int(CALIBRATION_PER_SAMPLE * program.activation_bytes) + sample_in, "shapes")
+
+
 def calibration_cost(prefix: Path, input_shape: tuple[int, ...]) -> CalibrationCost:
     """What calibrating the program at `prefix` on samples of `input_shape` costs: from the shapes where every size
-    is known, else measured (`probe_calibration`).
+    is known, else measured (`probe_calibration`). The parameters count twice: the FP32 program and PaddleSlim's
+    copy of it.
 
     Raises:
         ProbeFailed: the measuring process failed.
@@ -100,13 +94,11 @@ def calibration_cost(prefix: Path, input_shape: tuple[int, ...]) -> CalibrationC
     shape = tuple(input_shape)
     program = activation_bytes(Path(prefix), shape)
     sample_in = int(np.prod(shape, dtype=np.int64)) * 4
-    parameters = 2 * program.parameter_bytes  # the FP32 program and PaddleSlim's copy of it
     if not program.unknown_shapes:
-        return CalibrationCost(parameters + int(CALIBRATION_WORKING * program.activation_bytes),
-                               int(CALIBRATION_PER_SAMPLE * program.activation_bytes) + sample_in, "shapes")
+        return _from_shapes(program, sample_in)
     probe = probe_calibration(Path(prefix), shape)
-    return CalibrationCost(parameters + probe.fixed_bytes, int(CALIBRATION_PER_SAMPLE * probe.per_sample_bytes)
-                           + sample_in, probe.measured_by)
+    return CalibrationCost(2 * program.parameter_bytes + probe.fixed_bytes,
+                           int(CALIBRATION_PER_SAMPLE * probe.per_sample_bytes) + sample_in, probe.measured_by)
 
 
 @lru_cache(maxsize=8)
@@ -142,8 +134,8 @@ def check_one_sample_fits(prefix: Path, input_shape: tuple[int, ...], budget: Me
     budget, shape = budget or memory_budget(), tuple(input_shape)
     program = activation_bytes(Path(prefix), shape)
     held, sample_in = tree_memory_bytes(), int(np.prod(shape, dtype=np.int64)) * 4
-    fixed = 2 * program.parameter_bytes + int(CALIBRATION_WORKING * program.activation_bytes)
-    one, measured_by = int(CALIBRATION_PER_SAMPLE * program.activation_bytes) + sample_in, "shapes"
+    cost = _from_shapes(program, sample_in)  # the quantize stage's own estimate
+    fixed, one, measured_by = cost.fixed_bytes, cost.per_sample_bytes, cost.measured_by
     if program.unknown_shapes and held < budget.bytes:  # measure only what the shapes cannot tell
         try:  # one sample only: nothing larger than what is being checked is tried
             fixed, one = 0, calibration_bytes_at_one(Path(prefix), shape) + sample_in
@@ -158,29 +150,24 @@ def check_one_sample_fits(prefix: Path, input_shape: tuple[int, ...], budget: Me
 
 
 def _calibration_probe(prefix: Path, shape: tuple[int, ...], batch: int) -> None:
-    import paddle
-
-    from quantgate.int8.static_graph import static_mode
-
-    def load():
-        executor, scope, program, feeds, fetches = _load(prefix)
-        for var in program.list_vars():  # what calibration keeps: every activation it samples (nearly all)
+    def load() -> LoadedProgram:
+        loaded = load_program(prefix)
+        for var in loaded.program.list_vars():  # what calibration keeps: every activation it samples (nearly all)
             if not var.persistable and var.name not in PLUMBING:
                 var.persistable = True
-        return executor, scope, program, feeds, fetches
+        return loaded
 
-    def run_at(loaded, batch: int) -> None:
-        executor, scope, program, feeds, fetches = loaded
+    def run_at(loaded: LoadedProgram, batch: int) -> None:
         images = np.random.default_rng(0).standard_normal((batch, *shape), dtype=np.float32)
-        with paddle.static.scope_guard(scope):
-            executor.run(program, feed={feeds[0]: images}, fetch_list=fetches, scope=scope)
+        with paddle.static.scope_guard(loaded.scope):
+            loaded.executor.run(loaded.program, feed={loaded.feeds[0]: images}, fetch_list=loaded.fetches,
+                                scope=loaded.scope)
 
     with static_mode():
         run_probe(load, run_at, batch)
 
 
-if __name__ == "__main__":
-    os.environ.setdefault("FLAGS_enable_pir_api", "0")  # the legacy program format, as quantize reads it
+if __name__ == "__main__":  # importing quantgate first set FLAGS_enable_pir_api: the legacy format, as quantize reads it
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prefix", type=Path, required=True)
     parser.add_argument("--shape", type=int, nargs="+", required=True)

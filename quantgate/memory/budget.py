@@ -18,6 +18,7 @@ import ctypes
 import ctypes.util
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import psutil
@@ -29,6 +30,7 @@ DEFAULT_FRACTION = 0.3
 GB = 1e9
 CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
 NO_LIMIT = 1 << 60  # cgroup v1 writes "no limit" as a number near 2**63
+STATUS = Path("/proc/self/status")
 
 
 class BadMemoryBudget(BadInput):
@@ -106,9 +108,27 @@ def tree_memory_bytes(process: psutil.Process | None = None) -> int:
     return total
 
 
+def status_bytes(field: str) -> int | None:
+    """A size this process's /proc/self/status reports (VmRSS, VmHWM), in bytes; None where /proc has none."""
+    try:
+        for line in STATUS.read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) * 1024  # in kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+@lru_cache(maxsize=1)
+def _malloc_trim():
+    """glibc's malloc_trim, or None (another C library); looked up once: find_library runs ldconfig."""
+    library = ctypes.util.find_library("c")
+    return getattr(ctypes.CDLL(library), "malloc_trim", None) if library is not None else None
+
+
 def return_freed_memory() -> None:
     """Give the heap pages this process has freed back to the system (glibc keeps them until asked): what a stage
     freed then no longer counts against the next one's budget."""
-    library = ctypes.util.find_library("c")
-    if library is not None and hasattr(ctypes.CDLL(library), "malloc_trim"):
-        ctypes.CDLL(library).malloc_trim(0)
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)

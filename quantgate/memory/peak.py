@@ -26,14 +26,13 @@ from pathlib import Path
 
 import psutil
 
-from quantgate.memory.budget import GB, tree_memory_bytes
+from quantgate.memory.budget import GB, status_bytes, tree_memory_bytes
 
 PEAK_KEY = "peak_rss_gb"  # a stage's metrics: the peak resident memory of its process tree, GB (1e9 bytes)
 BUDGET_KEY = "memory_budget"  # a stage's metrics: the budget it ran under, `MemoryBudget.record()`
 SAMPLE_INTERVAL_S = 0.25  # a PSS read walks a process's pages: at 0.05 s it cost the digits run 5 % of its wall time
 CLEAR_REFS = Path("/proc/self/clear_refs")
 RESET_HIGH_WATER_MARK = "5"  # proc(5): "5" resets the peak RSS (VmHWM) to the current RSS
-STATUS = Path("/proc/self/status")
 
 _active: list[PeakMemory] = []  # open blocks, outermost first: a nested block's reset must not lose theirs
 _active_lock = threading.Lock()
@@ -41,13 +40,7 @@ _active_lock = threading.Lock()
 
 def own_high_water_mark_bytes() -> int | None:
     """This process's peak RSS since it started or since the last reset (VmHWM); None where /proc has none."""
-    try:
-        for line in STATUS.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024  # in kB
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return status_bytes("VmHWM")
 
 
 def _children_high_water_mark_bytes() -> int:

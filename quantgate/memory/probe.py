@@ -17,10 +17,10 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from quantgate.errors import QuantgateError
 from quantgate.lifetime import dies_with_us
+from quantgate.memory.budget import status_bytes
 
 PROBE_BATCHES = (1, 3)  # small, so the probe fits where the loop will; 3, not 2: an allocator that grows by
 # doubling could hold a second sample in what the first one grew to
@@ -50,21 +50,14 @@ class Probe:
         return f"probed at batches {self.batches[0]} and {self.batches[1]} in a child process"
 
 
-def _status(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 def run_probe(load: Callable[[], object], run_at: Callable[[object, int], None], batch: int) -> None:
     """The child's side, after its imports: `load()` the model, `run_at(model, batch)`, and print the process's
     resident memory before loading and its high-water mark after the batch, as JSON on stdout."""
-    interpreter = _status("VmRSS")  # the imports: the parent has them already
+    interpreter = status_bytes("VmRSS") or 0  # the imports: the parent has them already
     model = load()
     for _ in range(STEADY_RUNS):
         run_at(model, batch)
-    print(json.dumps({"interpreter": interpreter, "mark": _status("VmHWM")}))
+    print(json.dumps({"interpreter": interpreter, "mark": status_bytes("VmHWM") or 0}))
 
 
 def probe(module: str, arguments: list[str], batches: tuple[int, int] = PROBE_BATCHES) -> Probe:

@@ -72,11 +72,11 @@ def probe_runner(runtime: str, form: ModelForm, threads: int, input_shape: tuple
 
 
 def runners_batch(loop: str, runners: dict[tuple[str, str], ModelForm], input_shape: tuple[int, ...], threads: int,
-                  *, requested: int | None, ceiling: int, setting: str, subject: str, held_bytes: int = 0,
+                  *, requested: int | None, ceiling: int, setting: str, subject: str,
                   budget: MemoryBudget | None = None, own_process: bool = False) -> BatchChoice:
-    """The batch for a loop holding every runner of `runners` open at once, fed samples of `input_shape`.
+    """The batch for a loop holding every runner of `runners` open at once, fed samples of `input_shape`, beside
+    what this process's tree holds now.
 
-    `held_bytes`: what else the loop holds whatever the batch, beyond this process's tree as it is now.
     `own_process`: the loop runs in a new process of its own (latency), whose interpreter counts too.
 
     Raises:
@@ -84,9 +84,10 @@ def runners_batch(loop: str, runners: dict[tuple[str, str], ModelForm], input_sh
         ProbeFailed: a probing process failed.
     """
     budget = budget or memory_budget()
-    held = tree_memory_bytes() + held_bytes
+    held = tree_memory_bytes()
     sample_in = int(np.prod(input_shape, dtype=np.int64)) * 4  # the decoded batch this process holds
-    bound = sample_in + sum(_bounds(runners, tuple(input_shape)))
+    bounds = _bounds(runners, tuple(input_shape))
+    bound = sample_in + sum(bounds)
     target = requested or ceiling
     if held + target * bound <= budget.bytes:  # the bound fits: no need to measure
         return choose_batch(loop, fixed_bytes=held, per_sample_bytes=bound, budget=budget, requested=requested,
@@ -100,7 +101,7 @@ def runners_batch(loop: str, runners: dict[tuple[str, str], ModelForm], input_sh
         # the loop by the shapes where they tell, and let it fail there.
         log.warning("%s: a model could not be run to measure its memory; sized by its shapes where they tell (%s)",
                     loop, str(exc).splitlines()[0])
-        known = [size for size in _bounds(runners, tuple(input_shape)) if size < UNKNOWN]
+        known = [size for size in bounds if size < UNKNOWN]
         return choose_batch(loop, fixed_bytes=held, per_sample_bytes=sample_in + sum(known), budget=budget,
                             requested=requested, ceiling=ceiling, setting=setting, subject=subject,
                             measured_by="shapes where known (a model could not be run to measure it)")

@@ -9,7 +9,7 @@ the speed criterion means the same on every machine: a latency batch that does n
 from __future__ import annotations
 
 from quantgate.config import EvaluateConfig
-from quantgate.memory import BatchChoice, MemoryRefused, memory_budget
+from quantgate.memory import MEMORY_ENV, BatchChoice, MemoryRefused, gigabytes, memory_budget
 from quantgate.runtimes.forms import ModelForm
 from quantgate.runtimes.memory_fit import RUNNER_CEILING, runners_batch
 from quantgate.samples.reading import StoredData
@@ -40,11 +40,11 @@ def batch_choices(config: EvaluateConfig, forms: dict[str, dict[str, ModelForm]]
             setting="evaluate.latency_batch_size", subject=f"{runtime}'s {len(named)} models on {'x'.join(map(str, shape))}",
             budget=budget, own_process=True)
         if latency.lowered:  # a speed measured at another batch would not compare with the policy's
+            needed = latency.fixed_bytes + config.latency_batch_size * latency.per_sample_bytes
             raise MemoryRefused(
-                f"{loop}: evaluate.latency_batch_size={config.latency_batch_size} needs about "
-                f"{(latency.fixed_bytes + config.latency_batch_size * latency.per_sample_bytes) / 1e9:.2f} GB, over the "
-                f"memory budget of {budget.bytes / 1e9:.2f} GB ({budget.source}); latency is timed at a fixed batch "
-                f"so that speed-ups compare: lower evaluate.latency_batch_size (the batch fits up to "
-                f"{latency.batch_size}) or raise the budget (QUANTGATE_MEMORY_GB or --memory-gb); nothing was run")
+                f"{loop}: evaluate.latency_batch_size={config.latency_batch_size} needs about {gigabytes(needed)}, "
+                f"over the memory budget of {gigabytes(budget.bytes)} ({budget.source}); latency is timed at a fixed "
+                f"batch so that speed-ups compare: lower evaluate.latency_batch_size (the batch fits up to "
+                f"{latency.batch_size}) or raise the budget ({MEMORY_ENV} or --memory-gb); nothing was run")
         choices[loop] = latency
     return choices

@@ -3,15 +3,16 @@
 Calibration keeps every activation it samples of a whole batch at once (`quantgate.int8.program_memory`), so
 its batch is what memory decides: quantize.batch_size when that fits, else the largest batch that does (up to
 CALIBRATION_CEILING when unset). 'hist', 'KL' and 'abs_max' measure per sample (each sample's range, histograms
-summed over batches): the same scales at any batch. 'avg' and 'mse' take a statistic per batch, so for them the
-batch is part of the recipe: when it differs from the one asked for (CALIBRATION_CEILING when unset), it goes
-into the stage's reuse digest (`calibration_environment`) and the record says the scales may differ from a run
-with the larger batch.
+summed over batches): the same scales at any batch. 'avg' and 'mse' take a statistic per batch, and batch_nums
+counts batches, so for them the batch is part of the recipe: when it differs from the one asked for
+(CALIBRATION_CEILING when unset), it goes into the stage's reuse digest (`calibration_environment`) and the record
+says the scales may differ from a run with the larger batch.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from quantgate.config import QuantizeConfig
@@ -62,18 +63,22 @@ def _choose(config: QuantizeConfig, model_dir: Path, data: StoredData, budget: M
                         subject=f"{prefix.name}.pdmodel on inputs of {'x'.join(map(str, shape))}")
 
 
+def depends_on_batch(config: QuantizeConfig) -> bool:
+    """Whether the scales can depend on the calibration batch: a per-batch algorithm may run, or batch_nums counts
+    batches (a smaller batch then calibrates on fewer samples)."""
+    return config.batch_nums is not None or bool(calibration_algos(config) & set(PER_BATCH_ALGOS))
+
+
 def batch_matters(config: QuantizeConfig, choice: BatchChoice) -> bool:
-    """Whether the scales may differ from those of the batch asked for: a per-batch algorithm at another batch."""
-    return bool(calibration_algos(config) & set(PER_BATCH_ALGOS)) and \
-        choice.batch_size != (config.batch_size or CALIBRATION_CEILING)
+    """Whether the scales may differ from those of the batch asked for: they depend on it, and it was not kept."""
+    return depends_on_batch(config) and choice.batch_size != (config.batch_size or CALIBRATION_CEILING)
 
 
 def fitted(config: QuantizeConfig, choice: BatchChoice) -> QuantizeConfig:
-    """`config` calibrating at the chosen batch; a per-batch algorithm at another batch is logged as such."""
+    """`config` calibrating at the chosen batch; a batch the scales depend on, not kept, is logged as such."""
     if batch_matters(config, choice):
-        log.warning("quantize: %s calibrates at batch %d, not %d: its scales may differ from a run with the larger "
-                    "batch (%s)", "/".join(sorted(calibration_algos(config) & set(PER_BATCH_ALGOS))),
-                    choice.batch_size, config.batch_size or CALIBRATION_CEILING, choice.reason)
+        log.warning("quantize: calibrating at batch %d, not %d: the scales may differ from a run at the larger batch "
+                    "(%s)", choice.batch_size, config.batch_size or CALIBRATION_CEILING, choice.reason)
     return config.model_copy(update={"batch_size": choice.batch_size})
 
 
@@ -82,15 +87,16 @@ def choice_record(config: QuantizeConfig, choice: BatchChoice) -> dict:
     return {**choice.record(), "scales_may_differ_from_requested_batch": batch_matters(config, choice)}
 
 
-def calibration_environment(config: QuantizeConfig, model_dir: Path, data_dir: Path) -> dict:
+def calibration_environment(config: QuantizeConfig, folders: Callable[[], tuple[Path, Path]]) -> dict:
     """What the stage's reuse digest adds for its batch: the chosen batch where the scales depend on it and it is
     not the one asked for; nothing otherwise (the budget, a machine setting, stays out of the digest).
+    `folders()` gives the export and data stages' folders; it is called only when the batch can matter.
 
     Raises:
         MemoryRefused: one sample does not fit the budget (before the stage runs).
     """
-    if not calibration_algos(config) & set(PER_BATCH_ALGOS) or config.batch_nums is not None:
+    if not depends_on_batch(config):
         return {}
+    model_dir, data_dir = folders()
     choice = calibration_choice(config, model_dir, open_data(data_dir))
     return {"calibration_batch_size": choice.batch_size} if batch_matters(config, choice) else {}
-

@@ -215,7 +215,8 @@ def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metri
     lines += [*_search_lines(search), ""] if search else []
     lines += [*task_lines, ""] if task_lines else []
     lines += _training_lines(train_metrics) + [""]
-    lines += [*memory_lines(memory), ""] if memory_lines(memory) else []
+    memory_shown = memory_lines(memory)
+    lines += [*memory_shown, ""] if memory_shown else []
     lines += ["## Where it lives", ""] + [f"- {label}: `{value}`" for label, value in where.items()]
     return "\n".join(lines) + "\n"
 

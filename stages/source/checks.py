@@ -201,10 +201,11 @@ def check_trained_model(config: PipelineConfig) -> CheckedModel:
     declared = bare.inputs[0].shape[1:] if len(bare.inputs) == 1 and len(bare.inputs[0].shape) == 4 else ()
     sample = tuple(want or (have if have > 0 else DEFAULT_SIDE) for want, have in
                    zip(wanted, declared)) if declared else None
-    if sample and not _input_problems(bare, wanted, config.data):
+    runnable = sample and not _input_problems(bare, wanted, config.data)
+    if runnable:
         check_one_sample_fits(prefix, sample)  # before the sample below runs in this process
     try:
-        summary = summarize(prefix, sample) if sample and not _input_problems(bare, wanted, config.data) else bare
+        summary = summarize(prefix, sample) if runnable else bare
     except (RuntimeError, ValueError, OSError):
         # The program loads but cannot run the data's sample (e.g. a detector fed a 48-pixel text line): the
         # declared shapes still tell what the model is, which the checks below name.

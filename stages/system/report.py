@@ -118,6 +118,7 @@ def report_system(title: str, metrics: dict, gate_record: dict, reads: dict, dat
     lines += [*_criteria(gate_record), "", *_losses(metrics["runtimes"][primary]), ""]
     picture, plots = _page_picture(data_dir, reads, metrics, out_dir)
     lines += picture
-    lines += ["", *memory_lines(memory)] if memory_lines(memory) else []
+    memory_shown = memory_lines(memory)
+    lines += ["", *memory_shown] if memory_shown else []
     (Path(out_dir) / REPORT_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return SystemReportResult({"report_file": REPORT_FILE, "plots": plots})
