@@ -27,6 +27,7 @@ PAGE = {"color": "bgr", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.2
         "det_canvas": [640, 640]}
 # At 640x640 calibration holds ~0.6 GB a page: quantize.batch_size 32 would need ~20 GB beside the run's ~1 GB.
 BUDGET_GB = 2.6
+SHARED_LIBRARY_PAGES_GB = 0.5  # Paddle's and the runtimes' libraries: resident once, in every process's RSS
 
 
 def detector_config(models, pages: Path) -> dict:
@@ -99,10 +100,10 @@ def test_a_budget_below_the_default_batches_needs_finishes_with_smaller_batches_
     # hist measures each page: the lowered batch cannot change the scales, and the record says so
     assert calibration["scales_may_differ_from_requested_batch"] is False
     assert budgeted.peak_bytes <= BUDGET_GB * 1e9, f"the run's process tree peaked at {budgeted.peak_bytes / 1e9:.2f} GB"
-    # each stage's manifest says what it used, as the run's own measure saw it (its own high-water mark counts
-    # shared pages whole, so it may read a little above the tree's PSS sampled here)
+    # each stage's manifest says what it used, as the run's own measure saw it: its own high-water mark (RSS)
+    # counts whole the library pages its child processes share, which the PSS sampled here splits among them
     for stage in ("quantize", "evaluate"):
-        assert 0.3 < metrics(budgeted, stage)[PEAK_KEY] <= BUDGET_GB
+        assert 0.3 < metrics(budgeted, stage)[PEAK_KEY] <= BUDGET_GB + SHARED_LIBRARY_PAGES_GB
 
 
 def test_an_evaluate_batch_that_fits_is_kept_and_latency_is_timed_at_its_fixed_batch(budgeted):

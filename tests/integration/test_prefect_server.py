@@ -256,13 +256,14 @@ def test_an_invalid_parameter_is_refused_before_a_run_exists(server, released, c
 def test_a_run_that_skips_the_servers_check_fails_in_the_flow_naming_the_field(server, released):
     # The REST API lets a caller switch schema enforcement off for one run; the flow validates again.
     versions_before = sorted(p.name for p in (server.store / MODEL / "versions").iterdir())
+    body = {"parameters": {"config": {"gate": {"min_agreement": 1.5}}}, "enforce_parameter_schema": False}
     with SyncPrefectClient(server.api_url) as client:
         deployment = client.read_deployment_by_name("release/on-demand")
-    body = {"parameters": {"config": {"gate": {"min_agreement": 1.5}}}, "enforce_parameter_schema": False}
-    request = urllib.request.Request(f"{server.api_url}/deployments/{deployment.id}/create_flow_run",
-                                     data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        flow_run_id = UUID(json.loads(answer.read())["id"])
+        # through the client's own transport: it retries the 503 a busy server answers with
+        answer = client.request("POST", "/deployments/{id}/create_flow_run", path_params={"id": deployment.id},
+                                json=body)
+        answer.raise_for_status()
+        flow_run_id = UUID(answer.json()["id"])
     deadline = time.monotonic() + 300
     while not (state := flow_run_state(server, flow_run_id)).is_final():
         assert time.monotonic() < deadline, f"run still {state.name}:\n{tail(server.folder / 'worker.log')}"
