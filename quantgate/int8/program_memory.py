@@ -24,12 +24,13 @@ import paddle
 from paddle.base.data_feeder import convert_dtype
 
 from quantgate.int8.static_graph import LoadedProgram, load_program, static_mode
-from quantgate.memory import MemoryBudget, choose_batch, memory_budget, tree_memory_bytes
+from quantgate.memory import MemoryBudget, choose_batch_in_passes, memory_budget, tree_memory_bytes
 from quantgate.memory.probe import PROBE_BATCHES, Probe, ProbeFailed, probe, probe_one, run_probe
 
 PLUMBING = ("feed", "fetch")
 CALIBRATION_PER_SAMPLE = 1.1  # x every activation of a sample: the activations kept, and what measuring them copies
 CALIBRATION_WORKING = 0.6  # x every activation of a sample, held whatever the batch: executor and oneDNN scratch
+CALIBRATION_MAX_PASSES = 4  # a sample's kept activations split over at most this many passes over the data
 
 
 @dataclass(frozen=True)
@@ -75,12 +76,14 @@ class CalibrationCost:
     fixed_bytes: int  # what calibrating holds whatever the batch, beyond the process as it was before
     per_sample_bytes: int
     measured_by: str
+    kept_bytes: int  # of per_sample_bytes, the activations kept: passes over the data can each keep a share
 
 
 def _from_shapes(program: ProgramMemory, sample_in: int) -> CalibrationCost:
     """Calibration's cost as the shapes tell it (the module docstring says how the factors were measured)."""
+    kept = int(CALIBRATION_PER_SAMPLE * program.activation_bytes)
     return CalibrationCost(2 * program.parameter_bytes + int(CALIBRATION_WORKING * program.activation_bytes),
-                           int(CALIBRATION_PER_SAMPLE * program.activation_bytes) + sample_in, "shapes")
+                           kept + sample_in, "shapes", kept)
 
 
 def calibration_cost(prefix: Path, input_shape: tuple[int, ...]) -> CalibrationCost:
@@ -97,8 +100,8 @@ def calibration_cost(prefix: Path, input_shape: tuple[int, ...]) -> CalibrationC
     if not program.unknown_shapes:
         return _from_shapes(program, sample_in)
     probe = probe_calibration(Path(prefix), shape)
-    return CalibrationCost(2 * program.parameter_bytes + probe.fixed_bytes,
-                           int(CALIBRATION_PER_SAMPLE * probe.per_sample_bytes) + sample_in, probe.measured_by)
+    kept = int(CALIBRATION_PER_SAMPLE * probe.per_sample_bytes)
+    return CalibrationCost(2 * program.parameter_bytes + probe.fixed_bytes, kept + sample_in, probe.measured_by, kept)
 
 
 @lru_cache(maxsize=8)
@@ -122,11 +125,13 @@ def calibration_bytes_at_one(prefix: Path, input_shape: tuple[int, ...]) -> int:
     return max(0, mark - interpreter)
 
 
-def check_one_sample_fits(prefix: Path, input_shape: tuple[int, ...], budget: MemoryBudget | None = None) -> None:
+def check_one_sample_fits(prefix: Path, input_shape: tuple[int, ...], budget: MemoryBudget | None = None,
+                          max_passes: int = CALIBRATION_MAX_PASSES) -> None:
     """Refuse a model whose calibration cannot hold even one sample of `input_shape` (of every loop, the one that
-    holds the most per sample: every activation at once), before anything runs it. It costs what the quantize stage
-    will estimate (`calibration_cost`); where shape inference cannot tell every size, one sample is measured in a
-    child process instead (which the kernel may kill: that is an answer too).
+    holds the most per sample: every activation at once) in `max_passes` passes over the data, each keeping a share
+    of the activations, before anything runs it. It costs what the quantize stage will estimate
+    (`calibration_cost`); where shape inference cannot tell every size, one sample is measured in a child process
+    instead (which the kernel may kill: that is an answer too).
 
     Raises:
         MemoryRefused: one sample does not fit the budget, naming the bytes, the budget and the settings.
@@ -135,18 +140,20 @@ def check_one_sample_fits(prefix: Path, input_shape: tuple[int, ...], budget: Me
     program = activation_bytes(Path(prefix), shape)
     held, sample_in = tree_memory_bytes(), int(np.prod(shape, dtype=np.int64)) * 4
     cost = _from_shapes(program, sample_in)  # the quantize stage's own estimate
-    fixed, one, measured_by = cost.fixed_bytes, cost.per_sample_bytes, cost.measured_by
+    fixed, one, kept, measured_by = cost.fixed_bytes, cost.per_sample_bytes, cost.kept_bytes, cost.measured_by
     if program.unknown_shapes and held < budget.bytes:  # measure only what the shapes cannot tell
         try:  # one sample only: nothing larger than what is being checked is tried
-            fixed, one = 0, calibration_bytes_at_one(Path(prefix), shape) + sample_in
-            measured_by = "measured in a child process"
+            kept = calibration_bytes_at_one(Path(prefix), shape)
+            fixed, one, measured_by = 0, kept + sample_in, "measured in a child process"
         except ProbeFailed as exc:
             if not exc.killed:  # the program cannot run this sample at all: the model's own checks say why
                 return
             measured_by = "shapes (measuring one sample was killed)"
-    choose_batch("calibration", fixed_bytes=held + fixed, per_sample_bytes=one, budget=budget, requested=None,
-                 ceiling=1, setting="quantize.batch_size", subject=f"{Path(prefix).parent.name}/{Path(prefix).name}"
-                 f".pdmodel on inputs of {'x'.join(map(str, shape))}", measured_by=measured_by)
+    choose_batch_in_passes("calibration", fixed_bytes=held + fixed, per_sample_bytes=one, split_bytes=kept,
+                           max_passes=max_passes, budget=budget, requested=None, ceiling=1,
+                           setting="quantize.batch_size", measured_by=measured_by,
+                           subject=f"{Path(prefix).parent.name}/{Path(prefix).name}.pdmodel on inputs of "
+                                   f"{'x'.join(map(str, shape))}")
 
 
 def _calibration_probe(prefix: Path, shape: tuple[int, ...], batch: int) -> None:

@@ -6,7 +6,14 @@ estimate fits `budget.memory_budget()`, and refuses (`MemoryRefused`, exit 2) wh
 `peak.PeakMemory` measures what the stage then really used: the peak resident memory of the whole process tree.
 """
 
-from quantgate.memory.batches import BATCHES_KEY, BatchChoice, MemoryRefused, choose_batch, gigabytes
+from quantgate.memory.batches import (
+    BATCHES_KEY,
+    BatchChoice,
+    MemoryRefused,
+    choose_batch,
+    choose_batch_in_passes,
+    gigabytes,
+)
 from quantgate.memory.budget import (
     MEMORY_ENV,
     MemoryBudget,
@@ -18,5 +25,5 @@ from quantgate.memory.budget import (
 from quantgate.memory.peak import BUDGET_KEY, PEAK_KEY, PeakMemory
 
 __all__ = ["BATCHES_KEY", "BUDGET_KEY", "BatchChoice", "MEMORY_ENV", "MemoryBudget", "MemoryRefused", "PEAK_KEY",
-           "PeakMemory", "choose_batch", "gigabytes", "memory_budget", "process_memory_bytes", "return_freed_memory",
+           "PeakMemory", "choose_batch", "choose_batch_in_passes", "gigabytes", "memory_budget", "process_memory_bytes", "return_freed_memory",
            "tree_memory_bytes"]

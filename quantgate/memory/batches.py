@@ -9,6 +9,7 @@ module only decides, and says why.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -39,6 +40,7 @@ class BatchChoice:
     budget: MemoryBudget
     measured_by: str  # how the bytes were found: "shapes" (an estimate) or "probe at batches 1 and 4"
     reason: str
+    passes: int = 1  # passes over the data, each holding its share of what a sample keeps (`choose_batch_in_passes`)
 
     @property
     def estimated_bytes(self) -> int:
@@ -52,7 +54,7 @@ class BatchChoice:
         return {"batch_size": self.batch_size, "requested": self.requested, "ceiling": self.ceiling,
                 "estimated_gb": round(self.estimated_bytes / GB, 3), "fixed_gb": round(self.fixed_bytes / GB, 3),
                 "per_sample_mb": round(self.per_sample_bytes / 1e6, 3), "measured_by": self.measured_by,
-                "reason": self.reason, **self.budget.record()}
+                "reason": self.reason, "passes": self.passes, **self.budget.record()}
 
 
 def choose_batch(loop: str, *, fixed_bytes: int, per_sample_bytes: int, budget: MemoryBudget,
@@ -88,3 +90,42 @@ def choose_batch(loop: str, *, fixed_bytes: int, per_sample_bytes: int, budget: 
     reason = (f"the largest batch up to {ceiling} that fits the budget of {gigabytes(budget.bytes)}" if size == ceiling
               else f"the largest batch that fits the budget of {gigabytes(budget.bytes)} ({budget.source})")
     return BatchChoice(loop, size, None, ceiling, fixed_bytes, per_sample, budget, measured_by, reason)
+
+
+def choose_batch_in_passes(loop: str, *, fixed_bytes: int, per_sample_bytes: int, split_bytes: int, max_passes: int,
+                           budget: MemoryBudget, requested: int | None, ceiling: int, setting: str, subject: str,
+                           measured_by: str = "shapes", what_splits: str = "what it keeps",
+                           changes: str = "make one sample smaller (data.transforms)") -> BatchChoice:
+    """`choose_batch` for a loop that can run as several passes over the same data, each pass keeping a share of
+    `split_bytes` (part of `per_sample_bytes`) and running everything else again: one pass whenever batch 1 fits
+    in one, else the fewest passes (up to `max_passes`) in which it does, at the largest batch that fits them.
+    A pass costs a pass's time, so passes are never traded for a larger batch.
+
+    Raises:
+        MemoryRefused: even one sample does not fit in `max_passes` passes.
+    """
+    split_bytes = min(max(int(split_bytes), 0), int(per_sample_bytes))
+    settings = dict(budget=budget, requested=requested, ceiling=ceiling, setting=setting, subject=subject,
+                    changes=changes)
+    most = max(max_passes, 1)
+    passes = next((count for count in range(1, most + 1)
+                   if fixed_bytes + _per_pass(per_sample_bytes, split_bytes, count) <= budget.bytes), None)
+    if passes is None:  # refused with one pass's numbers, saying what the most passes would still need
+        least = fixed_bytes + _per_pass(per_sample_bytes, split_bytes, most)
+        also = f"; in {most} passes over the data still {gigabytes(least)}" if most > 1 else ""
+        return choose_batch(loop, fixed_bytes=fixed_bytes, per_sample_bytes=per_sample_bytes,
+                            measured_by=measured_by + also, **settings)
+    choice = choose_batch(loop, fixed_bytes=fixed_bytes, per_sample_bytes=_per_pass(per_sample_bytes, split_bytes,
+                                                                                  passes),
+                          measured_by=measured_by, **settings)
+    if passes == 1:
+        return choice
+    reason = (f"one sample needs about {gigabytes(fixed_bytes + per_sample_bytes)} in one pass, over the budget "
+              f"of {gigabytes(budget.bytes)} ({budget.source}): {what_splits} is split over {passes} passes "
+              f"over the data; {choice.reason}")
+    log.warning("%s: %s", loop, reason)
+    return dataclasses.replace(choice, reason=reason, passes=passes)
+
+
+def _per_pass(per_sample_bytes: int, split_bytes: int, passes: int) -> int:
+    return int(per_sample_bytes) - split_bytes + -(-split_bytes // passes)

@@ -33,10 +33,10 @@ from pathlib import Path
 
 import numpy as np
 from paddle.base import core
-from paddle.base.framework import IrGraph
-from paddle.static.quantization import AddQuantDequantForInferencePass, PostTrainingQuantization, utils
+from paddle.static.quantization import PostTrainingQuantization, utils
 
 from quantgate.stages.quantize import fine_histogram, mse_search
+from quantgate.stages.quantize.program_edits import graph_edits_without_scans
 
 STATISTIC_ALGOS = ("hist", "KL", "abs_max", "avg", "mse")  # algorithms whose sampling this module replaces
 HISTOGRAM_ALGOS = ("hist", "KL")
@@ -128,6 +128,22 @@ def _view(scope, name: str) -> np.ndarray:
     return np.ctypeslib.as_array((ctypes.c_float * size).from_address(tensor._ptr())).reshape(shape or (1,))
 
 
+def _sample_size(var) -> int:
+    """A variable's elements per sample (its shape with the batch and any unknown size taken as 1)."""
+    return int(np.prod([max(size, 1) for size in var.shape], dtype=np.int64))
+
+
+def _shares(names: list[str], sizes: dict[str, int], count: int) -> list[list[str]]:
+    """`names` in `count` shares of nearly equal size: the largest first, each to the smallest share so far."""
+    shares: list[list[str]] = [[] for _ in range(min(count, len(names)) or 1)]
+    totals = [0] * len(shares)
+    for name in sorted(names, key=lambda name: (-sizes[name], name)):
+        smallest = totals.index(min(totals))
+        shares[smallest].append(name)
+        totals[smallest] += sizes[name]
+    return [sorted(share) for share in shares]
+
+
 def _ranges(values: np.ndarray) -> tuple[np.ndarray, float]:
     """(each sample's max |x| as float32, the smallest |x|): sample = first axis, as PaddleSlim's 'avg' has it."""
     rows = values.reshape(values.shape[0], -1)
@@ -183,72 +199,26 @@ def _histogram(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return counts
 
 
-@contextlib.contextmanager
-def _graph_edits_without_scans():
-    """Paddle's program rewrite with two whole-graph scans taken out; the same edits, node for node.
-
-    `IrGraph.link_to` asserts that both nodes are in the graph (a list of every node, per link), and the
-    output-scale pass (`AddQuantDequantForInferencePass`) lists every persistable node twice per tensor to look
-    for its scale: on PP-OCRv4's recognizer, 3,216 links and 602 scans of ~8,000 nodes, 11 of 14 s. While that
-    pass runs, the persistable nodes are listed once and kept up to date as it creates them (it creates
-    nothing else persistable; a removal drops the list); the nodes linked are the graph's own, made by its
-    create_* calls. The saved program is byte-identical to paddle's (tests/stages/test_calibration_speed.py).
-    """
-    originals = {name: getattr(IrGraph, name) for name in ("link_to", "all_persistable_nodes",
-                                                           "create_persistable_node", "safe_remove_nodes")}
-    original_apply = AddQuantDequantForInferencePass.apply
-
-    def link_to(graph, node_in, node_out):
-        node_in.append_output(node_out)
-        node_out.append_input(node_in)
-
-    def all_persistable_nodes(graph):
-        listed = getattr(graph, "_listed_persistable", None)
-        return set(listed) if listed is not None else originals["all_persistable_nodes"](graph)
-
-    def create_persistable_node(graph, *args, **kwargs):
-        node = originals["create_persistable_node"](graph, *args, **kwargs)
-        if getattr(graph, "_listed_persistable", None) is not None:
-            graph._listed_persistable.add(node)
-        return node
-
-    def safe_remove_nodes(graph, remove_nodes):
-        graph._listed_persistable = None
-        return originals["safe_remove_nodes"](graph, remove_nodes)
-
-    def apply(output_scales, graph):
-        graph._listed_persistable = originals["all_persistable_nodes"](graph)
-        try:
-            return original_apply(output_scales, graph)
-        finally:
-            graph._listed_persistable = None
-
-    replaced = {"link_to": link_to, "all_persistable_nodes": all_persistable_nodes,
-                "create_persistable_node": create_persistable_node, "safe_remove_nodes": safe_remove_nodes}
-    for name, method in replaced.items():
-        setattr(IrGraph, name, method)
-    AddQuantDequantForInferencePass.apply = apply
-    try:
-        yield
-    finally:
-        for name, method in originals.items():
-            setattr(IrGraph, name, method)
-        AddQuantDequantForInferencePass.apply = original_apply
-
-
 class Calibration(PostTrainingQuantization):
     """PostTrainingQuantization with faster sampling and reusable `Statistics` (STATISTIC_ALGOS).
 
     `statistics`: what an earlier calibration of the same model, rows and batch size measured; the passes it
-    already holds are not run. `histogram`: HISTOGRAM_METHODS, how 'hist' and 'KL' measure (module docstring). After `quantize()`, `statistics` holds what was used, `forward_s` and
-    `statistics_s` the seconds spent in the executor and in measuring, `forward_batches` the batches run.
+    already holds are not run. `histogram`: HISTOGRAM_METHODS, how 'hist' and 'KL' measure (module docstring).
+    `passes`: each sampling pass runs this many times over the data, each keeping a share of the sampled tensors
+    (balanced by size), so a batch holds that share of them; what each tensor measures is the same. After
+    `quantize()`, `statistics` holds what was used, `forward_s` and `statistics_s` the seconds spent in the executor
+    and in measuring, `forward_batches` the batches run.
 
     Raises:
         ValueError: an algorithm, round type or option this class does not reimplement.
     """
 
-    def __init__(self, *, statistics: Statistics | None = None, histogram: str = "exact", **settings):
+    def __init__(self, *, statistics: Statistics | None = None, histogram: str = "exact", passes: int = 1,
+                 **settings):
         super().__init__(**settings)
+        if passes < 1:
+            raise ValueError(f"passes must be at least 1, not {passes}")
+        self.passes = passes
         if histogram not in HISTOGRAM_METHODS:
             raise ValueError(f"histogram must be one of {HISTOGRAM_METHODS}, not {histogram!r}")
         self.histogram_method = histogram
@@ -270,38 +240,54 @@ class Calibration(PostTrainingQuantization):
         names = sorted(self._quantized_act_var_name)
         if needs_histograms and self.histogram_method == "one_pass":
             if self.statistics is None or self.statistics.fine_histograms is None:
-                self._set_activation_persistable()
                 self.statistics = Statistics(0, fine_histograms={})
-                self._run_pass(names, self._measure_once)
+                self._sample(names, self._measure_once)
                 self.statistics.fine_histograms = {name: fine_histogram.trimmed(counts) for name, counts
                                                    in self.statistics.fine_histograms.items()}
-                self._reset_activation_persistable()
         elif self._algo == "mse":
             if self.statistics is None or self.statistics.mse_losses is None:
-                self._set_activation_persistable()  # a copy: statistics given to this run are never changed by it
+                # a copy: statistics given to this run are never changed by it
                 self.statistics = (Statistics(0) if self.statistics is None
                                    else dataclasses.replace(self.statistics, mse_losses=None))
                 measure_ranges = not self.statistics.row_abs_max  # no earlier pass measured them
                 self.statistics.mse_losses = {}
-                self._run_pass(names, lambda name: self._measure_mse(name, measure_ranges))
-                self._reset_activation_persistable()
+                self._sample(names, lambda name: self._measure_mse(name, measure_ranges))
         elif self.statistics is None or (needs_histograms and self.statistics.histograms is None):
-            self._set_activation_persistable()
             if self.statistics is None:
                 self.statistics = Statistics(0)
-                self._run_pass(names, self._measure_ranges)
+                self._sample(names, self._measure_ranges)
             if needs_histograms:  # a copy: statistics given to this run are never changed by it
                 self.statistics = dataclasses.replace(self.statistics, histograms={})
-                self._run_pass(names, self._measure_histogram)
-            self._reset_activation_persistable()
+                self._sample(names, self._measure_histogram)
         self._set_thresholds(names)
-        with contextlib.redirect_stderr(io.StringIO()), _graph_edits_without_scans():  # tqdm bars go
+        with contextlib.redirect_stderr(io.StringIO()), graph_edits_without_scans():  # tqdm bars go
             self._update_program()
         self._save_output_threshold()
         if any(kind in self.quant_config.activation_quant_operation_types for kind in self._dynamic_quantize_op_type):
             self._collect_dynamic_quantize_op_threshold(self._dynamic_quantize_op_type)
         utils.move_persistable_var_to_global_block(self._program)
         return self._program
+
+    def _sample(self, names: list[str], measure) -> None:
+        """A sampling pass: `measure(name)` on every activation after each forward run, the activations kept in the
+        scope (persistable) one share at a time, `passes` shares in all; cleared from the scope after their pass."""
+        variables: dict[str, list] = {}  # a name may have a variable in several blocks: as PaddleSlim, set each
+        for var in self._program.list_vars():
+            variables.setdefault(var.name, []).append(var)
+        for share in _shares(names, {name: _sample_size(variables[name][0]) for name in names}, self.passes):
+            self._keep(variables, share, True)
+            try:
+                self._run_pass(share, measure)
+            finally:
+                self._keep(variables, share, False)
+
+    def _keep(self, variables: dict[str, list], names: list[str], keep: bool) -> None:
+        """Make `names` persistable (kept in the scope after a run), or not and cleared from the scope."""
+        for name in names:
+            for var in variables[name]:
+                var.persistable = keep
+            if not keep and (found := self._scope.find_var(name)) is not None:
+                found.get_tensor()._clear()
 
     def _run_pass(self, names: list[str], measure) -> None:
         """One pass over the calibration batches, `measure(name)` on every activation after each forward run."""

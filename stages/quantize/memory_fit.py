@@ -7,6 +7,10 @@ summed over batches): the same scales at any batch. 'avg' and 'mse' take a stati
 counts batches, so for them the batch is part of the recipe: when it differs from the one asked for
 (CALIBRATION_CEILING when unset), it goes into the stage's reuse digest (`calibration_environment`) and the record
 says the scales may differ from a run with the larger batch.
+
+When not even one sample fits, calibration ('hist', 'KL', 'abs_max', 'avg', 'mse') runs each sampling pass as up
+to CALIBRATION_MAX_PASSES passes over the data, each keeping a share of the activations: more time, the same
+scales (each tensor is measured on the same batches), so the number of passes stays out of every digest.
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from quantgate.config import QuantizeConfig
-from quantgate.int8.program_memory import calibration_cost
-from quantgate.memory import BatchChoice, MemoryBudget, choose_batch, memory_budget, tree_memory_bytes
+from quantgate.int8.program_memory import CALIBRATION_MAX_PASSES, calibration_cost
+from quantgate.memory import BatchChoice, MemoryBudget, choose_batch_in_passes, memory_budget, tree_memory_bytes
 from quantgate.samples.reading import StoredData, open_data
 from quantgate.stages.export.outputs import MODEL_FILE
+from quantgate.stages.quantize.calibration import STATISTIC_ALGOS
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +39,8 @@ def calibration_algos(config: QuantizeConfig) -> set[str]:
     return {config.algo, *(recipe.algo for recipe in recipes if recipe.algo is not None)}
 
 
-_CHOSEN: dict[tuple, BatchChoice] = {}  # by model, data, setting and budget: the digest's choice is the stage's
+_CHOSEN: dict[tuple, BatchChoice] = {}  # by model, data, budget, setting, algos: the digest's choice is the stage's
+_PASSES: dict[tuple, int] = {}  # by model, data and budget: the passes of the last batch chosen for them
 
 
 def calibration_choice(config: QuantizeConfig, model_dir: Path, data: StoredData,
@@ -47,20 +53,36 @@ def calibration_choice(config: QuantizeConfig, model_dir: Path, data: StoredData
         ProbeFailed: the process measuring calibration's memory failed.
     """
     budget = budget or memory_budget()
-    key = (str(Path(model_dir).resolve()), str(Path(data.folder).resolve()), config.batch_size, budget)
+    where = (str(Path(model_dir).resolve()), str(Path(data.folder).resolve()), budget)
+    key = (*where, config.batch_size, frozenset(calibration_algos(config)))
     if key not in _CHOSEN:
         _CHOSEN[key] = _choose(config, Path(model_dir), data, budget)
+        _PASSES[where] = _CHOSEN[key].passes
     return _CHOSEN[key]
+
+
+def calibration_passes(config: QuantizeConfig, model_dir: Path, data: StoredData) -> int:
+    """The passes over the data calibration's sampling takes for this model and data: those of the batch chosen
+    for them (also when `config` calibrates at that batch already), else of the batch chosen now.
+
+    Raises:
+        MemoryRefused: one sample does not fit the budget.
+    """
+    where = (str(Path(model_dir).resolve()), str(Path(data.folder).resolve()), memory_budget())
+    return _PASSES[where] if where in _PASSES else calibration_choice(config, model_dir, data).passes
 
 
 def _choose(config: QuantizeConfig, model_dir: Path, data: StoredData, budget: MemoryBudget) -> BatchChoice:
     shape = tuple(data.input_shape)
     prefix = model_dir / Path(MODEL_FILE).stem
     cost = calibration_cost(prefix, shape)
-    return choose_batch(CALIBRATION_LOOP, fixed_bytes=tree_memory_bytes() + cost.fixed_bytes,
-                        per_sample_bytes=cost.per_sample_bytes, measured_by=cost.measured_by, budget=budget,
-                        requested=config.batch_size, ceiling=CALIBRATION_CEILING, setting="quantize.batch_size",
-                        subject=f"{prefix.name}.pdmodel on inputs of {'x'.join(map(str, shape))}")
+    splits = calibration_algos(config) <= set(STATISTIC_ALGOS)  # PaddleSlim's own sampling keeps every activation
+    return choose_batch_in_passes(
+        CALIBRATION_LOOP, fixed_bytes=tree_memory_bytes() + cost.fixed_bytes, per_sample_bytes=cost.per_sample_bytes,
+        split_bytes=cost.kept_bytes, max_passes=CALIBRATION_MAX_PASSES if splits else 1,
+        what_splits="the activations calibration keeps", measured_by=cost.measured_by, budget=budget,
+        requested=config.batch_size, ceiling=CALIBRATION_CEILING, setting="quantize.batch_size",
+        subject=f"{prefix.name}.pdmodel on inputs of {'x'.join(map(str, shape))}")
 
 
 def depends_on_batch(config: QuantizeConfig) -> bool:

@@ -28,7 +28,13 @@ from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE  # the INT8 
 from quantgate.stages.quantize.adaround import adaround, save
 from quantgate.stages.quantize.calibration import STATISTIC_ALGOS, Calibration, Statistics
 from quantgate.stages.quantize.equalization import depthwise_inputs, equalized_copy
-from quantgate.stages.quantize.memory_fit import CALIBRATION_LOOP, calibration_choice, choice_record, fitted
+from quantgate.stages.quantize.memory_fit import (
+    CALIBRATION_LOOP,
+    calibration_choice,
+    calibration_passes,
+    choice_record,
+    fitted,
+)
 from quantgate.stages.quantize.quantized_weights import round_weights_to_bits
 
 log = logging.getLogger(__name__)
@@ -124,11 +130,13 @@ def quantize_with_data(
     """
     if config.batch_size is None:  # the batch is chosen for this machine's memory (`quantize` records why)
         config = fitted(config, calibration_choice(config, model_dir, data))
+    passes = calibration_passes(config, model_dir, data) if config.algo in STATISTIC_ALGOS else 1
     batches = calibration_batches(data.size("calibration"), config)
     rows = calibration_rows(data.size("calibration"), batches * config.batch_size)
     chunks = [rows[start: start + config.batch_size] for start in range(0, len(rows), config.batch_size)]
     started = time.perf_counter()
-    log.info("quantize: PaddleSlim %s calibration on %d batches of %d samples", config.algo, batches, config.batch_size)
+    log.info("quantize: PaddleSlim %s calibration on %d batches of %d samples%s", config.algo, batches,
+             config.batch_size, f", each pass split over {passes} to fit the memory budget" if passes > 1 else "")
     fed: list[list[int]] = []  # [batches, samples] fed in each calibration pass
 
     with static_mode(), tempfile.TemporaryDirectory(prefix="quantgate-equalized-") as scratch:
@@ -169,7 +177,8 @@ def quantize_with_data(
                 skip_tensor_list=list(config.skip_tensors) or None, optimize_model=False, deploy_backend=None,
             )
             if config.algo in STATISTIC_ALGOS:
-                quantizer = Calibration(statistics=statistics, histogram=config.calibration_histogram, **settings)
+                quantizer = Calibration(statistics=statistics, histogram=config.calibration_histogram, passes=passes,
+                                        **settings)
             else:
                 quantizer = PostTrainingQuantization(**settings)
             try:
@@ -211,6 +220,7 @@ def quantize_with_data(
             "calibration_statistics_s": round(quantizer.statistics_s, 3) if timed else None,
             "calibration_statistics_reused": statistics is not None,
             "calibration_histogram": config.calibration_histogram if timed else None,
+            "calibration_sampling_passes": passes if timed else 1,
             "quantize_linear_ops": counts.get("quantize_linear", 0),
             "dequantize_linear_ops": counts.get("dequantize_linear", 0),
             "equalized_tensors": [e.record() for e in equalized],

@@ -65,18 +65,23 @@ def program_ops(folder):
 
 class CountingExecutor(paddle.static.Executor):
     runs = 0
+    kept: list[set[str]] = []  # each run's persistable non-parameter variables: the activations kept in the scope
 
-    def run(self, *args, **kwargs):
+    def run(self, program=None, *args, **kwargs):
         CountingExecutor.runs += 1
-        return super().run(*args, **kwargs)
+        if program is not None:
+            CountingExecutor.kept.append({var.name for var in program.list_vars() if var.persistable
+                                          and not isinstance(var, paddle.base.framework.Parameter)
+                                          and var.name not in ("feed", "fetch")})
+        return super().run(program, *args, **kwargs)
 
 
-def calibration_files(root, images, out, statistics=None, **recipe):
+def calibration_files(root, images, out, statistics=None, passes=1, **recipe):
     with static_mode():
         scope = paddle.static.Scope()
         with paddle.static.scope_guard(scope):
             calibration = Calibration(executor=CountingExecutor(paddle.CPUPlace()), scope=scope, statistics=statistics,
-                                      **settings(root, images, **recipe))
+                                      passes=passes, **settings(root, images, **recipe))
             calibration.quantize()
             calibration.save_quantized_model(str(out), model_filename="model.pdmodel")
     return (program_ops(out), (out / "model.pdiparams").read_bytes()), calibration
@@ -96,6 +101,21 @@ def test_the_saved_int8_program_has_paddleslims_ops_scales_and_weights(tiny_net,
     assert params == expected[1]  # every scale and quantized weight, bit for bit
     passes = 2 if recipe["algo"] in ("hist", "KL") else 1
     assert CountingExecutor.runs - UPKEEP_RUNS == calibration.forward_batches == passes * BATCHES
+
+
+@pytest.mark.parametrize("algo", ["hist", "mse"])
+def test_sampling_in_passes_keeps_a_share_of_the_activations_and_saves_the_same_program(tiny_net, tmp_path, algo):
+    """A budget too small for one sample's activations: each pass over the data keeps a third of them."""
+    root, images = tiny_net
+    expected, whole = calibration_files(root, images, tmp_path / "whole", algo=algo)
+    CountingExecutor.runs, CountingExecutor.kept = 0, []
+    split, calibration = calibration_files(root, images, tmp_path / "split", passes=3, algo=algo)
+    assert split == expected  # every scale and weight, bit for bit
+    assert calibration.forward_batches == 3 * whole.forward_batches
+    sampled = set(whole.statistics.row_abs_max)
+    held = [len(kept & sampled) for kept in CountingExecutor.kept if kept & sampled]
+    assert len(held) == calibration.forward_batches and max(held) < len(sampled) / 2
+    assert set().union(*(kept & sampled for kept in CountingExecutor.kept)) == sampled
 
 
 def test_reused_statistics_give_a_fresh_runs_scales_without_a_forward_pass(tiny_net, tmp_path):
