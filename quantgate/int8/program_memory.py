@@ -10,6 +10,8 @@ and 960x960, on top of 0.37-0.59 times it held whatever the batch (the executor'
 the images being fed): CALIBRATION_PER_SAMPLE and CALIBRATION_WORKING round both up. Where shape inference
 cannot tell a size (a reshape computed from the data, as in PP-OCRv4's recognizer), `probe_calibration`
 measures instead: `python -m quantgate.int8.program_memory` runs the program with every activation persistable.
+A plain forward run holds far less (PP-OCRv4's detector at 960x960: 0.6 GB beside a 1.3 GB sum of activations,
+the executor freeing each after its last use); where that sum does not fit, `probe_forward` measures the run.
 """
 
 from __future__ import annotations
@@ -156,11 +158,23 @@ def check_one_sample_fits(prefix: Path, input_shape: tuple[int, ...], budget: Me
                                    f"{'x'.join(map(str, shape))}")
 
 
-def _calibration_probe(prefix: Path, shape: tuple[int, ...], batch: int) -> None:
+@lru_cache(maxsize=8)
+def probe_forward(prefix: Path, input_shape: tuple[int, ...]) -> Probe:
+    """What running the program at `prefix` for its outputs holds (the executor frees each activation after its
+    last use), measured at PROBE_BATCHES in a fresh process.
+
+    Raises:
+        ProbeFailed: the process failed.
+    """
+    return probe(__name__, ["--prefix", str(prefix), "--shape", *map(str, input_shape), "--outputs-only"],
+                 PROBE_BATCHES)
+
+
+def _calibration_probe(prefix: Path, shape: tuple[int, ...], batch: int, keep_activations: bool = True) -> None:
     def load() -> LoadedProgram:
         loaded = load_program(prefix)
         for var in loaded.program.list_vars():  # what calibration keeps: every activation it samples (nearly all)
-            if not var.persistable and var.name not in PLUMBING:
+            if keep_activations and not var.persistable and var.name not in PLUMBING:
                 var.persistable = True
         return loaded
 
@@ -179,5 +193,6 @@ if __name__ == "__main__":  # importing quantgate first set FLAGS_enable_pir_api
     parser.add_argument("--prefix", type=Path, required=True)
     parser.add_argument("--shape", type=int, nargs="+", required=True)
     parser.add_argument("--batch", type=int, required=True)
+    parser.add_argument("--outputs-only", action="store_true", help="keep no activation: a plain forward run")
     arguments = parser.parse_args()
-    _calibration_probe(arguments.prefix, tuple(arguments.shape), arguments.batch)
+    _calibration_probe(arguments.prefix, tuple(arguments.shape), arguments.batch, not arguments.outputs_only)

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from quantgate.int8.program_memory import activation_bytes
+from quantgate.int8.program_memory import activation_bytes, probe_forward
 from quantgate.int8.static_graph import load_program, persistable_dtypes, static_mode
 from quantgate.memory import BATCHES_KEY, BatchChoice, choose_batch, memory_budget, tree_memory_bytes
+from quantgate.memory.probe import ProbeFailed
 from quantgate.samples.reading import open_data
 from quantgate.stages.export.inference_model import (
     ExportMismatch,
@@ -33,11 +34,25 @@ REFERENCE_LOOP = "reference outputs"
 def reference_chunk(prefix: Path, input_shape: tuple[int, ...]) -> BatchChoice:
     """How many of the reference images run at once: the executor frees what it no longer needs, so every
     activation of the program at once bounds a sample's cost (a 960x960 page: 1.3 GB; the 32 pages at once
-    held 7.3 GB)."""
-    program = activation_bytes(prefix, input_shape)
-    return choose_batch(REFERENCE_LOOP, fixed_bytes=tree_memory_bytes() + program.parameter_bytes,
-                        per_sample_bytes=program.activation_bytes, budget=memory_budget(), requested=None,
-                        ceiling=REFERENCE_BATCH, setting="(none: the reference outputs run in chunks that fit)",
+    held 7.3 GB). Where that bound does not fit the whole batch, the run is measured in a child process
+    (`probe_forward`; the same page: about 0.6 GB).
+
+    Raises:
+        MemoryRefused: one sample does not fit.
+        ProbeFailed: the measuring process was killed (one that fails otherwise leaves the run to say why).
+    """
+    program, held, budget = activation_bytes(prefix, input_shape), tree_memory_bytes(), memory_budget()
+    fixed, per_sample, measured_by = held + program.parameter_bytes, program.activation_bytes, "shapes"
+    if fixed + REFERENCE_BATCH * per_sample > budget.bytes:
+        try:
+            probe = probe_forward(prefix, tuple(input_shape))
+            fixed, per_sample, measured_by = held + probe.fixed_bytes, probe.per_sample_bytes, probe.measured_by
+        except ProbeFailed as exc:
+            if exc.killed:
+                raise
+    return choose_batch(REFERENCE_LOOP, fixed_bytes=fixed, per_sample_bytes=per_sample, budget=budget,
+                        requested=None, ceiling=REFERENCE_BATCH, measured_by=measured_by,
+                        setting="(none: the reference outputs run in chunks that fit)",
                         subject=f"{prefix.name}.pdmodel on inputs of {'x'.join(map(str, input_shape))}")
 
 

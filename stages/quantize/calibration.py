@@ -35,6 +35,7 @@ import numpy as np
 from paddle.base import core
 from paddle.static.quantization import PostTrainingQuantization, utils
 
+from quantgate.memory import return_freed_memory
 from quantgate.stages.quantize import fine_histogram, mse_search
 from quantgate.stages.quantize.program_edits import graph_edits_without_scans
 
@@ -280,6 +281,8 @@ class Calibration(PostTrainingQuantization):
                 self._run_pass(share, measure)
             finally:
                 self._keep(variables, share, False)
+                if self.passes > 1:  # else the next share's tensors grow the heap beside this one's freed pages
+                    return_freed_memory()
 
     def _keep(self, variables: dict[str, list], names: list[str], keep: bool) -> None:
         """Make `names` persistable (kept in the scope after a run), or not and cleared from the scope."""

@@ -106,6 +106,14 @@ def test_a_budget_below_the_default_batches_needs_finishes_with_smaller_batches_
         assert 0.3 < metrics(budgeted, stage)[PEAK_KEY] <= BUDGET_GB + SHARED_LIBRARY_PAGES_GB
 
 
+def test_the_reference_outputs_are_sized_by_measuring_the_forward_run_where_the_shapes_bound_does_not_fit(budgeted):
+    # every activation of a 640x640 page at once (0.6 GB a page) would let 2 of the 4 test pages run together; the
+    # executor frees each after its last use, which a child process running pages 1 and 3 measures
+    reference = metrics(budgeted, "export")[BATCHES_KEY]["reference outputs"]
+    assert reference["measured_by"] == "probed at batches 1 and 3 in a child process", reference
+    assert reference["batch_size"] >= 4 and reference["estimated_gb"] <= BUDGET_GB
+
+
 def test_an_evaluate_batch_that_fits_is_kept_and_latency_is_timed_at_its_fixed_batch(budgeted):
     evaluated = metrics(budgeted, "evaluate")
     accuracy = evaluated[BATCHES_KEY]["evaluate accuracy pass"]
