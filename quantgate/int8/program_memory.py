@@ -17,6 +17,7 @@ the executor freeing each after its last use); where that sum does not fit, `pro
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -40,6 +41,7 @@ class ProgramMemory:
     activation_bytes: int  # every activation of one sample, summed: a bound on what a batch adds per sample
     parameter_bytes: int
     unknown_shapes: int  # activations whose size shape inference could not tell (not counted)
+    activations: int = 0  # how many activations the program has (what calibration may keep statistics of)
 
 
 @lru_cache(maxsize=8)
@@ -56,12 +58,13 @@ def activation_bytes(prefix: Path, input_shape: tuple[int, ...]) -> ProgramMemor
                     op.desc.infer_shape(block.desc)
                 except (ValueError, RuntimeError):  # e.g. an rnn whose initial state keeps the batch as -1
                     failed += 1
-        activations, parameters, unknown = 0, 0, failed
+        activations, parameters, unknown, count = 0, 0, failed, 0
         for var in block.vars.values():
             if var.name in PLUMBING or var.type != paddle.base.core.VarDesc.VarType.DENSE_TENSOR:
                 continue
             if 0 in var.shape:  # reshape's and flatten's XShape: a shape record, no data
                 continue
+            count += not var.persistable
             if any(size < 0 for size in var.shape):
                 unknown += not var.persistable
                 continue
@@ -70,7 +73,7 @@ def activation_bytes(prefix: Path, input_shape: tuple[int, ...]) -> ProgramMemor
                 parameters += size
             else:
                 activations += size
-    return ProgramMemory(activations, parameters, unknown)
+    return ProgramMemory(activations, parameters, unknown, count)
 
 
 @dataclass(frozen=True)
@@ -88,10 +91,11 @@ def _from_shapes(program: ProgramMemory, sample_in: int) -> CalibrationCost:
                            kept + sample_in, "shapes", kept)
 
 
-def calibration_cost(prefix: Path, input_shape: tuple[int, ...]) -> CalibrationCost:
+def calibration_cost(prefix: Path, input_shape: tuple[int, ...], statistics_per_tensor: int = 0) -> CalibrationCost:
     """What calibrating the program at `prefix` on samples of `input_shape` costs: from the shapes where every size
     is known, else measured (`probe_calibration`). The parameters count twice: the FP32 program and PaddleSlim's
-    copy of it.
+    copy of it; `statistics_per_tensor` bytes are held for each activation while it is measured (a histogram of
+    fixed bins), whatever the batch.
 
     Raises:
         ProbeFailed: the measuring process failed.
@@ -99,11 +103,14 @@ def calibration_cost(prefix: Path, input_shape: tuple[int, ...]) -> CalibrationC
     shape = tuple(input_shape)
     program = activation_bytes(Path(prefix), shape)
     sample_in = int(np.prod(shape, dtype=np.int64)) * 4
+    statistics = statistics_per_tensor * program.activations
     if not program.unknown_shapes:
-        return _from_shapes(program, sample_in)
+        cost = _from_shapes(program, sample_in)
+        return dataclasses.replace(cost, fixed_bytes=cost.fixed_bytes + statistics)
     probe = probe_calibration(Path(prefix), shape)
     kept = int(CALIBRATION_PER_SAMPLE * probe.per_sample_bytes)
-    return CalibrationCost(2 * program.parameter_bytes + probe.fixed_bytes, kept + sample_in, probe.measured_by, kept)
+    return CalibrationCost(2 * program.parameter_bytes + probe.fixed_bytes + statistics, kept + sample_in,
+                           probe.measured_by, kept)
 
 
 @lru_cache(maxsize=8)

@@ -242,9 +242,7 @@ class Calibration(PostTrainingQuantization):
         if needs_histograms and self.histogram_method == "one_pass":
             if self.statistics is None or self.statistics.fine_histograms is None:
                 self.statistics = Statistics(0, fine_histograms={})
-                self._sample(names, self._measure_once)
-                self.statistics.fine_histograms = {name: fine_histogram.trimmed(counts) for name, counts
-                                                   in self.statistics.fine_histograms.items()}
+                self._sample(names, self._measure_once, finish=self._trim_fine_histograms)
         elif self._algo == "mse":
             if self.statistics is None or self.statistics.mse_losses is None:
                 # a copy: statistics given to this run are never changed by it
@@ -269,9 +267,17 @@ class Calibration(PostTrainingQuantization):
         utils.move_persistable_var_to_global_block(self._program)
         return self._program
 
-    def _sample(self, names: list[str], measure) -> None:
+    def _trim_fine_histograms(self, names: list[str]) -> None:
+        """Keep only the filled span of each of `names`' fine histograms (FINE_BINS counts, 1 MB, while measured)."""
+        fine = self.statistics.fine_histograms
+        for name in names:
+            if name in fine and len(fine[name]) == fine_histogram.FINE_BINS:
+                fine[name] = fine_histogram.trimmed(fine[name])
+
+    def _sample(self, names: list[str], measure, finish=None) -> None:
         """A sampling pass: `measure(name)` on every activation after each forward run, the activations kept in the
-        scope (persistable) one share at a time, `passes` shares in all; cleared from the scope after their pass."""
+        scope (persistable) one share at a time, `passes` shares in all; cleared from the scope after their pass,
+        when `finish(share)` is called."""
         variables: dict[str, list] = {}  # a name may have a variable in several blocks: as PaddleSlim, set each
         for var in self._program.list_vars():
             variables.setdefault(var.name, []).append(var)
@@ -279,6 +285,8 @@ class Calibration(PostTrainingQuantization):
             self._keep(variables, share, True)
             try:
                 self._run_pass(share, measure)
+                if finish is not None:
+                    finish(share)
             finally:
                 self._keep(variables, share, False)
                 if self.passes > 1:  # else the next share's tensors grow the heap beside this one's freed pages

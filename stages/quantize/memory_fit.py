@@ -24,13 +24,15 @@ from quantgate.int8.program_memory import CALIBRATION_MAX_PASSES, calibration_co
 from quantgate.memory import BatchChoice, MemoryBudget, choose_batch_in_passes, memory_budget, tree_memory_bytes
 from quantgate.samples.reading import StoredData, open_data
 from quantgate.stages.export.outputs import MODEL_FILE
-from quantgate.stages.quantize.calibration import STATISTIC_ALGOS
+from quantgate.stages.quantize.calibration import HISTOGRAM_ALGOS, STATISTIC_ALGOS
+from quantgate.stages.quantize.fine_histogram import FINE_BINS
 
 log = logging.getLogger(__name__)
 
 CALIBRATION_LOOP = "calibration"
 CALIBRATION_CEILING = 32
 PER_BATCH_ALGOS = ("avg", "mse")  # their thresholds are statistics of each batch
+FINE_HISTOGRAM_BYTES = FINE_BINS * 8  # 'hist' and 'KL' in one pass: the counts held for a tensor while measured
 
 
 def calibration_algos(config: QuantizeConfig) -> set[str]:
@@ -75,7 +77,8 @@ def calibration_passes(config: QuantizeConfig, model_dir: Path, data: StoredData
 def _choose(config: QuantizeConfig, model_dir: Path, data: StoredData, budget: MemoryBudget) -> BatchChoice:
     shape = tuple(data.input_shape)
     prefix = model_dir / Path(MODEL_FILE).stem
-    cost = calibration_cost(prefix, shape)
+    one_pass = config.calibration_histogram == "one_pass" and calibration_algos(config) & set(HISTOGRAM_ALGOS)
+    cost = calibration_cost(prefix, shape, statistics_per_tensor=FINE_HISTOGRAM_BYTES if one_pass else 0)
     splits = calibration_algos(config) <= set(STATISTIC_ALGOS)  # PaddleSlim's own sampling keeps every activation
     return choose_batch_in_passes(
         CALIBRATION_LOOP, fixed_bytes=tree_memory_bytes() + cost.fixed_bytes, per_sample_bytes=cost.per_sample_bytes,
