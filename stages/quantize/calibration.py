@@ -310,6 +310,10 @@ class Calibration(PostTrainingQuantization):
                                    return_numpy=False, scope=self._scope)
                 measured = time.perf_counter()
                 list(pool.map(measure, names))
+                # The activations a batch does not keep were freed between those it keeps: without this the heap
+                # grows run by run around them (the 960x960 detector, a third kept: 0.65 -> 1.09 GB in 16 pages,
+                # 0.66 with it; ~12 ms a batch)
+                return_freed_memory()
                 self.forward_s += measured - started
                 self.statistics_s += time.perf_counter() - measured
                 batches += 1
