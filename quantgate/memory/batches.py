@@ -121,7 +121,7 @@ def choose_batch_in_passes(loop: str, *, fixed_bytes: int, per_sample_bytes: int
     if passes == 1:
         return choice
     reason = (f"one sample needs about {gigabytes(fixed_bytes + per_sample_bytes)} in one pass, over the budget "
-              f"of {gigabytes(budget.bytes)} ({budget.source}): {what_splits} is split over {passes} passes "
+              f"of {gigabytes(budget.bytes)} ({budget.source}): {what_splits} are split over {passes} passes "
               f"over the data; {choice.reason}")
     log.warning("%s: %s", loop, reason)
     return dataclasses.replace(choice, reason=reason, passes=passes)
