@@ -13,7 +13,11 @@ and QDrop do: its input is what the INT8 program feeds it (quantized, with every
 before it already refitted, so a layer also makes up for what those left), its target the FP32 program's output
 of the same layer. The FP32 inputs of every layer are fetched in one pass (PP-OCRv4 rec: 22 MB per line), the
 INT8 ones layer by layer, each by a program pruned to that tensor. The error of a conv followed by a BatchNorm is weighted by the
-BatchNorm's per-channel gain, so it is measured where the next layer sees it. A layer keeps the new rounding
+BatchNorm's per-channel gain, so it is measured where the next layer sees it. Each Adam step draws
+STEP_POSITIONS output positions (a sample's pixel or row) from FIT_POSITIONS drawn once over every sample, the
+layer applied as a matrix product of their unfolded inputs (`unfolded`): the loss per position is the same as
+over whole samples, a step costs a fraction of a batch's convolution, and it sees every sample (docs/benchmarks.md,
+"Recovery's time"). A layer keeps the new rounding
 only if its output error on the calibration data is lower than with nearest rounding; only the integer
 codes change, never a scale, so every runtime reads the same grids.
 """
@@ -31,6 +35,7 @@ import paddle.nn.functional as F
 
 from quantgate.int8.static_graph import LoadedProgram
 from quantgate.progress import Progress
+from quantgate.stages.quantize import unfolded
 from quantgate.stages.quantize.quantized_weights import (
     Layer,
     array,
@@ -47,6 +52,8 @@ ZETA, GAMMA = 1.1, -0.1  # the rectified sigmoid's stretch (AdaRound's defaults)
 REGULARIZATION = 0.01  # weight of the rounding regularizer against the reconstruction error (BRECQ's)
 BETA = (20.0, 2.0)  # the regularizer's exponent, annealed from the first to the second
 WARMUP = 0.2  # share of the iterations fitted without the regularizer
+FIT_POSITIONS = 16384  # output positions (a sample's pixel or row) a layer is fitted on, drawn over every sample
+STEP_POSITIONS = 1024  # of them, drawn afresh for each step
 
 
 @contextmanager
@@ -122,15 +129,15 @@ def refit_layer(layer: Layer, weight: np.ndarray, step: np.ndarray, inputs: np.n
                 return float(sum(_error(layer, _apply(layer, x_all[s:s + batch], w), target[s:s + batch], t_gain)
                                  * len(x_all[s:s + batch]) for s in range(0, len(x_all), batch)) / len(x_all))
 
+        step_error = _position_steps(layer, inputs, fp32_inputs, weight, w_fp32, t_gain, rng) \
+            if unfolded.supported(layer) else _sample_steps(layer, x_all, target, t_gain, batch, rng)
         v = paddle.create_parameter(weight.shape, "float32", default_initializer=paddle.nn.initializer.Assign(
             (-np.log((ZETA - GAMMA) / (rest - GAMMA) - 1)).astype(np.float32)))
         optimizer = paddle.optimizer.Adam(learning_rate=1e-3, parameters=[v])
         warmup = int(WARMUP * iterations)
         for iteration in range(iterations):
-            rows = paddle.to_tensor(rng.choice(len(inputs), size=min(batch, len(inputs)), replace=False))
             soft = paddle.clip(F.sigmoid(v) * (ZETA - GAMMA) + GAMMA, 0, 1)
-            w = paddle.clip(t_floor + soft, low, high) * t_step
-            loss = _error(layer, _apply(layer, paddle.gather(x_all, rows), w), paddle.gather(target, rows), t_gain)
+            loss = step_error(paddle.clip(t_floor + soft, low, high) * t_step)
             if iteration >= warmup:
                 beta = BETA[1] + (BETA[0] - BETA[1]) * (1 - (iteration - warmup) / max(1, iterations - warmup))
                 loss = loss + REGULARIZATION * (1 - paddle.abs(2 * soft - 1) ** beta).sum()
@@ -140,6 +147,33 @@ def refit_layer(layer: Layer, weight: np.ndarray, step: np.ndarray, inputs: np.n
         adaptive = np.clip(floor + (v.numpy() >= 0), low, high)
         return Refit(adaptive.astype(np.float32), total_error(nearest), total_error(adaptive),
                      int(np.count_nonzero(adaptive != nearest)))
+
+
+def _sample_steps(layer: Layer, x_all: paddle.Tensor, target: paddle.Tensor, gain: paddle.Tensor | None, batch: int,
+                  rng: np.random.Generator):
+    """Each step's error on `batch` samples drawn afresh: the layer run over every position of each."""
+    def error(w: paddle.Tensor) -> paddle.Tensor:
+        rows = paddle.to_tensor(rng.choice(len(x_all), size=min(batch, len(x_all)), replace=False))
+        return _error(layer, _apply(layer, paddle.gather(x_all, rows), w), paddle.gather(target, rows), gain)
+    return error
+
+
+def _position_steps(layer: Layer, inputs: np.ndarray, fp32_inputs: np.ndarray, weight: np.ndarray,
+                    w_fp32: paddle.Tensor, gain: paddle.Tensor | None, rng: np.random.Generator):
+    """Each step's error on STEP_POSITIONS output positions drawn afresh from FIT_POSITIONS drawn once over every
+    sample (`unfolded`): the same loss per position, at a fraction of a whole batch's cost."""
+    total = unfolded.positions(layer, inputs, weight.shape)
+    picked = np.sort(rng.choice(total, size=min(FIT_POSITIONS, total), replace=False))
+    rows = unfolded.rows(layer, inputs, picked, weight.shape)
+    with paddle.no_grad():
+        target = unfolded.product(layer, unfolded.rows(layer, fp32_inputs, picked, weight.shape), w_fp32)
+    channel_gain = None if gain is None else gain.reshape([1, -1])
+
+    def error(w: paddle.Tensor) -> paddle.Tensor:
+        drawn = paddle.to_tensor(rng.choice(len(picked), size=min(STEP_POSITIONS, len(picked)), replace=False))
+        squared = (unfolded.product(layer, paddle.gather(rows, drawn), w) - paddle.gather(target, drawn)) ** 2
+        return (squared if channel_gain is None else squared * channel_gain).sum(axis=-1).mean()
+    return error
 
 
 def _fetch(program: LoadedProgram, images: list[np.ndarray], names: list[str]) -> list[np.ndarray]:
