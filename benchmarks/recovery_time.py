@@ -53,9 +53,9 @@ def main() -> None:
     layers: list[dict] = []
     original_fetch, original_refit = adaround._fetch, adaround.refit_layer
 
-    def fetch(program, images, names):
+    def fetch(program, images, names, carried=None):
         started = time.perf_counter()
-        found = original_fetch(program, images, names)
+        found = original_fetch(program, images, names, carried)
         spent["fetch_fp32" if not spent else "fetch_int8"] += time.perf_counter() - started  # FP32: the first
         return found
 

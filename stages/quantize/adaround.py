@@ -176,14 +176,24 @@ def _position_steps(layer: Layer, inputs: np.ndarray, fp32_inputs: np.ndarray, w
     return error
 
 
-def _fetch(program: LoadedProgram, images: list[np.ndarray], names: list[str]) -> list[np.ndarray]:
-    """`names` on every batch of `images`, running only the ops that compute them."""
+def _fetch(program: LoadedProgram, images: list[np.ndarray], names: list[str],
+           carried: tuple[str, np.ndarray] | None = None) -> list[np.ndarray]:
+    """`names` on every batch of `images`, running only the ops that compute them.
+
+    `carried`: a tensor of the program already computed on every image (name, values): fed beside the images, so
+    that only the ops between it and `names` run (and any other path to them from the images)."""
     block = program.program.global_block()
-    pruned = program.program._prune([block.var(name) for name in names])
     fetched: list[list[np.ndarray]] = [[] for _ in names]
+    if carried is None:
+        pruned, sizes = program.program._prune([block.var(name) for name in names]), None
+    else:
+        pruned, sizes = program.program, np.cumsum([0, *map(len, images)])
     with paddle.static.scope_guard(program.scope):
-        for batch in images:
-            outputs = program.executor.run(pruned, feed={program.feeds[0]: batch}, fetch_list=names)
+        for index, batch in enumerate(images):
+            feed = {program.feeds[0]: batch}
+            if carried is not None:
+                feed[carried[0]] = carried[1][sizes[index]:sizes[index + 1]]
+            outputs = program.executor.run(pruned, feed=feed, fetch_list=names, use_prune=carried is not None)
             for found, output in zip(fetched, outputs):
                 found.append(np.asarray(output))
     return [np.concatenate(found) for found in fetched]
@@ -203,7 +213,7 @@ def adaround(int8: LoadedProgram, fp32: LoadedProgram, images: list[np.ndarray],
     rng = np.random.default_rng(seed)
     names = list(dict.fromkeys(layer.fp32_input for layer in layers))
     found = dict(zip(names, _fetch(fp32, images, names)))
-    records = {}
+    records, carried = {}, None
     progress = Progress(log, "quantize adaround, layer", len(layers), every_s=10.0)
     for index, layer in enumerate(layers):
         codes, weight, step = weight_arrays(int8, fp32, layer)
@@ -212,7 +222,12 @@ def adaround(int8: LoadedProgram, fp32: LoadedProgram, images: list[np.ndarray],
             skipped[layer.codes] = f"its INT8 weight is not the nearest {8 if factor == 1 else 7}-bit rounding " \
                                    "of the FP32 weight"
             continue
-        (inputs,) = _fetch(int8, images, [layer.int8_input])  # with every layer before it refitted
+        # with every layer before it refitted; from the previous layer's input on, where that is upstream of it
+        if carried is not None and carried[0] == layer.int8_input:
+            inputs = carried[1]
+        else:
+            (inputs,) = _fetch(int8, images, [layer.int8_input], carried)
+        carried = (layer.int8_input, inputs)
         gain = None
         if layer.batch_norm is not None:
             scale, variance, epsilon = layer.batch_norm

@@ -13,6 +13,8 @@ from quantgate.config import QuantizeConfig, QuantizeRecipe
 from quantgate.int8.static_graph import load_program, static_mode
 from quantgate.samples.reading import open_data
 from quantgate.stages.quantize import quantize
+from quantgate.stages.quantize.adaround import _fetch
+from quantgate.stages.quantize.quantized_weights import quantized_layers
 from tests.stages.test_equalization import GAMMA
 from tests.stages.test_quantize_streaming import image_folder_and_cnn
 
@@ -98,3 +100,22 @@ def test_adaptive_rounding_moves_codes_by_one_step_at_most_keeps_the_scales_and_
 def test_a_recipe_can_ask_for_adaptive_rounding():
     assert NEAREST.with_recipe(QuantizeRecipe(rounding="adaptive")).rounding == "adaptive"
     assert NEAREST.with_recipe(QuantizeRecipe()).rounding == "nearest"
+
+
+def test_a_layers_input_carried_from_the_layer_before_is_the_programs_own(block):
+    """AdaRound feeds each layer's INT8 input on from the previous layer's (only the ops between them run): it
+    must be what the whole program computes, skip paths included."""
+    _, folder = quantized(block, NEAREST, "carried")
+    images, _ = open_data(block / "data").array("calibration")
+    batches = [images[start:start + 8] for start in range(0, 24, 8)]
+    with static_mode():
+        int8, fp32 = load_program(folder / "model"), load_program(block / "block" / "model")
+        layers, _ = quantized_layers(int8, fp32)
+        carried = None
+        for layer in layers:
+            (whole,) = _fetch(int8, batches, [layer.int8_input])
+            if carried is not None and carried[0] != layer.int8_input:
+                (fed,) = _fetch(int8, batches, [layer.int8_input], carried)
+                np.testing.assert_array_equal(fed, whole)
+            carried = (layer.int8_input, whole)
+    assert len(layers) == 4
