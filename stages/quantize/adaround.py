@@ -35,7 +35,7 @@ import paddle.nn.functional as F
 
 from quantgate.int8.static_graph import LoadedProgram
 from quantgate.progress import Progress
-from quantgate.stages.quantize import unfolded
+from quantgate.stages.quantize import adaround_steps, unfolded
 from quantgate.stages.quantize.quantized_weights import (
     Layer,
     array,
@@ -129,51 +129,68 @@ def refit_layer(layer: Layer, weight: np.ndarray, step: np.ndarray, inputs: np.n
                 return float(sum(_error(layer, _apply(layer, x_all[s:s + batch], w), target[s:s + batch], t_gain)
                                  * len(x_all[s:s + batch]) for s in range(0, len(x_all), batch)) / len(x_all))
 
-        step_error = _position_steps(layer, inputs, fp32_inputs, weight, w_fp32, t_gain, rng) \
-            if unfolded.supported(layer) else _sample_steps(layer, x_all, target, t_gain, batch, rng)
-        v = paddle.create_parameter(weight.shape, "float32", default_initializer=paddle.nn.initializer.Assign(
-            (-np.log((ZETA - GAMMA) / (rest - GAMMA) - 1)).astype(np.float32)))
-        optimizer = paddle.optimizer.Adam(learning_rate=1e-3, parameters=[v])
-        warmup = int(WARMUP * iterations)
-        for iteration in range(iterations):
-            soft = paddle.clip(F.sigmoid(v) * (ZETA - GAMMA) + GAMMA, 0, 1)
-            loss = step_error(paddle.clip(t_floor + soft, low, high) * t_step)
-            if iteration >= warmup:
-                beta = BETA[1] + (BETA[0] - BETA[1]) * (1 - (iteration - warmup) / max(1, iterations - warmup))
-                loss = loss + REGULARIZATION * (1 - paddle.abs(2 * soft - 1) ** beta).sum()
-            loss.backward()
-            optimizer.step()
-            optimizer.clear_grad()
-        adaptive = np.clip(floor + (v.numpy() >= 0), low, high)
+        start = (-np.log((ZETA - GAMMA) / (rest - GAMMA) - 1)).astype(np.float32)
+        if unfolded.supported(layer):
+            logits = _fit_positions(layer, inputs, fp32_inputs, weight, w_fp32, step, floor, start, (low, high), gain,
+                                    iterations, rng)
+        else:
+            logits = _fit_samples(layer, x_all, target, t_gain, t_floor, t_step, start, (low, high), iterations,
+                                  batch, rng)
+        adaptive = np.clip(floor + (logits >= 0), low, high)
         return Refit(adaptive.astype(np.float32), total_error(nearest), total_error(adaptive),
                      int(np.count_nonzero(adaptive != nearest)))
 
 
-def _sample_steps(layer: Layer, x_all: paddle.Tensor, target: paddle.Tensor, gain: paddle.Tensor | None, batch: int,
-                  rng: np.random.Generator):
-    """Each step's error on `batch` samples drawn afresh: the layer run over every position of each."""
-    def error(w: paddle.Tensor) -> paddle.Tensor:
+def _annealed(iteration: int, iterations: int) -> float | None:
+    """The regularizer's exponent at `iteration`: None during the warm-up, then from BETA[0] down to BETA[1]."""
+    warmup = int(WARMUP * iterations)
+    if iteration < warmup:
+        return None
+    return BETA[1] + (BETA[0] - BETA[1]) * (1 - (iteration - warmup) / max(1, iterations - warmup))
+
+
+def _fit_samples(layer: Layer, x_all: paddle.Tensor, target: paddle.Tensor, gain: paddle.Tensor | None,
+                 floor: paddle.Tensor, grid: paddle.Tensor, start: np.ndarray, bounds: tuple[int, int],
+                 iterations: int, batch: int, rng: np.random.Generator) -> np.ndarray:
+    """AdaRound's steps in Paddle's dynamic graph, each on `batch` whole samples (layers `unfolded` cannot take)."""
+    v = paddle.create_parameter(start.shape, "float32", default_initializer=paddle.nn.initializer.Assign(start))
+    optimizer = paddle.optimizer.Adam(learning_rate=1e-3, parameters=[v])
+    for iteration in range(iterations):
+        soft = paddle.clip(F.sigmoid(v) * (ZETA - GAMMA) + GAMMA, 0, 1)
         rows = paddle.to_tensor(rng.choice(len(x_all), size=min(batch, len(x_all)), replace=False))
-        return _error(layer, _apply(layer, paddle.gather(x_all, rows), w), paddle.gather(target, rows), gain)
-    return error
+        output = _apply(layer, paddle.gather(x_all, rows), paddle.clip(floor + soft, *bounds) * grid)
+        loss = _error(layer, output, paddle.gather(target, rows), gain)
+        if (beta := _annealed(iteration, iterations)) is not None:
+            loss = loss + REGULARIZATION * (1 - paddle.abs(2 * soft - 1) ** beta).sum()
+        loss.backward()
+        optimizer.step()
+        optimizer.clear_grad()
+    return v.numpy()
 
 
-def _position_steps(layer: Layer, inputs: np.ndarray, fp32_inputs: np.ndarray, weight: np.ndarray,
-                    w_fp32: paddle.Tensor, gain: paddle.Tensor | None, rng: np.random.Generator):
-    """Each step's error on STEP_POSITIONS output positions drawn afresh from FIT_POSITIONS drawn once over every
-    sample (`unfolded`): the same loss per position, at a fraction of a whole batch's cost."""
+def _fit_positions(layer: Layer, inputs: np.ndarray, fp32_inputs: np.ndarray, weight: np.ndarray,
+                   w_fp32: paddle.Tensor, grid: np.ndarray, floor: np.ndarray, start: np.ndarray,
+                   bounds: tuple[int, int], gain: np.ndarray | None, iterations: int,
+                   rng: np.random.Generator) -> np.ndarray:
+    """AdaRound's steps in numpy (`adaround_steps`), each on STEP_POSITIONS output positions drawn afresh from
+    FIT_POSITIONS drawn once over every sample (`unfolded`): the same loss per position as over whole samples."""
     total = unfolded.positions(layer, inputs, weight.shape)
     picked = np.sort(rng.choice(total, size=min(FIT_POSITIONS, total), replace=False))
-    rows = unfolded.rows(layer, inputs, picked, weight.shape)
     with paddle.no_grad():
-        target = unfolded.product(layer, unfolded.rows(layer, fp32_inputs, picked, weight.shape), w_fp32)
-    channel_gain = None if gain is None else gain.reshape([1, -1])
-
-    def error(w: paddle.Tensor) -> paddle.Tensor:
-        drawn = paddle.to_tensor(rng.choice(len(picked), size=min(STEP_POSITIONS, len(picked)), replace=False))
-        squared = (unfolded.product(layer, paddle.gather(rows, drawn), w) - paddle.gather(target, drawn)) ** 2
-        return (squared if channel_gain is None else squared * channel_gain).sum(axis=-1).mean()
-    return error
+        rows = unfolded.rows(layer, inputs, picked, weight.shape).numpy()
+        target = unfolded.product(layer, unfolded.rows(layer, fp32_inputs, picked, weight.shape), w_fp32).numpy()
+    conv = layer.op_type != "matmul_v2"
+    grouping = adaround_steps.Grouping(tuple(weight.shape), (layer.attrs["groups"] or 1) if conv else 1,
+                                       not conv and layer.attrs.get("trans_y", False), conv)
+    rows, target = grouping.grouped_rows(rows), grouping.grouped_outputs(target)
+    channel_gain = None if gain is None else grouping.grouped_outputs(gain.reshape(1, -1).astype(np.float32))
+    floor_m, grid_m = grouping.to_matrices(floor), grouping.to_matrices(grid)
+    state = adaround_steps.SoftRounding.start(grouping.to_matrices(start))
+    for iteration in range(iterations):
+        drawn = rng.choice(len(picked), size=min(STEP_POSITIONS, len(picked)), replace=False)
+        adaround_steps.step(state, rows[:, drawn], target[:, drawn], floor_m, grid_m, *bounds, channel_gain,
+                            REGULARIZATION, _annealed(iteration, iterations), ZETA, GAMMA)
+    return grouping.from_matrices(state.v)
 
 
 def _fetch(program: LoadedProgram, images: list[np.ndarray], names: list[str],

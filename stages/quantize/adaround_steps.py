@@ -1,0 +1,108 @@
+"""AdaRound's steps on sampled output positions, in numpy with the gradient written out.
+
+Each step of `adaround.refit_layer` is a handful of array operations (soft rounding, one product per group, the
+error, its gradient through the product and the rounding, Adam). In Paddle's dynamic graph they were ~25 op
+dispatches forward and backward, which cost more than the arithmetic on 2 cores (docs/benchmarks.md, "Recovery's
+time"); here they are numpy calls on float32 arrays, the products in BLAS. The loss and the update are Paddle's:
+BRECQ's reconstruction error weighted per channel, AdaRound's annealed regularizer, and `paddle.optimizer.Adam`'s
+update with its defaults (tests/stages/test_adaround_steps.py compares a step with Paddle's autograd and optimizer).
+
+Weights are held as (groups, patch, outputs per group) matrices, the layout of `unfolded`'s rows by group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+ADAM = (1e-3, 0.9, 0.999, 1e-8)  # learning rate, beta1, beta2, epsilon: paddle.optimizer.Adam's defaults
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """How a layer's weight maps to (groups, patch, outputs per group) matrices."""
+
+    shape: tuple[int, ...]  # the weight as the program holds it
+    groups: int
+    transposed: bool  # a matmul weight held (outputs, inputs)
+    conv: bool
+
+    def to_matrices(self, array: np.ndarray) -> np.ndarray:
+        array = np.broadcast_to(array, self.shape)
+        if not self.conv:
+            matrix = array.T if self.transposed else array
+            return np.ascontiguousarray(matrix[None], dtype=np.float32)
+        outputs = self.shape[0]
+        grouped = array.reshape(self.groups, outputs // self.groups, -1)  # (groups, outputs, patch)
+        return np.ascontiguousarray(grouped.transpose(0, 2, 1), dtype=np.float32)
+
+    def from_matrices(self, matrices: np.ndarray) -> np.ndarray:
+        if not self.conv:
+            matrix = matrices[0]
+            return np.ascontiguousarray(matrix.T if self.transposed else matrix)
+        return np.ascontiguousarray(matrices.transpose(0, 2, 1)).reshape(self.shape)
+
+    def grouped_rows(self, rows: np.ndarray) -> np.ndarray:
+        """(positions, groups * patch) rows as (groups, positions, patch)."""
+        return rows.reshape(rows.shape[0], self.groups, -1).transpose(1, 0, 2)
+
+    def grouped_outputs(self, outputs: np.ndarray) -> np.ndarray:
+        """(positions, channels) outputs as (groups, positions, outputs per group)."""
+        return outputs.reshape(outputs.shape[0], self.groups, -1).transpose(1, 0, 2)
+
+
+@dataclass
+class SoftRounding:
+    """The state of one layer's fit: V (the rounding's logits), Adam's moments and step count."""
+
+    v: np.ndarray
+    first: np.ndarray
+    second: np.ndarray
+    steps: int = 0
+
+    @classmethod
+    def start(cls, v: np.ndarray) -> SoftRounding:
+        return cls(v.astype(np.float32), np.zeros_like(v, np.float32), np.zeros_like(v, np.float32))
+
+
+def soft(v: np.ndarray, zeta: float, gamma: float) -> tuple[np.ndarray, np.ndarray]:
+    """(h(V), sigmoid(V)): the rectified sigmoid in [0, 1] AdaRound rounds up by."""
+    sigmoid = 1 / (1 + np.exp(-v))
+    return np.clip(sigmoid * (zeta - gamma) + gamma, 0, 1), sigmoid
+
+
+def step(state: SoftRounding, rows: np.ndarray, target: np.ndarray, floor: np.ndarray, grid: np.ndarray,
+         low: float, high: float, gain: np.ndarray | None, regularization: float, beta: float | None,
+         zeta: float, gamma: float) -> float:
+    """One Adam step on `rows` (groups, positions, patch) against `target` (groups, positions, outputs); every
+    weight array in matrix layout. `beta` None: no regularizer (the warm-up). Returns the step's loss."""
+    h, sigmoid = soft(state.v, zeta, gamma)
+    rounded = floor + h
+    inside = (rounded >= low) & (rounded <= high)
+    weight = np.clip(rounded, low, high) * grid
+    residual = np.matmul(rows, weight) - target  # (groups, positions, outputs)
+    weighted = residual if gain is None else residual * gain
+    positions = rows.shape[1]
+    loss = float((weighted * residual).sum() / positions)
+    gradient = np.matmul(rows.transpose(0, 2, 1), weighted) * (2 / positions) * grid * inside  # d loss / d h
+    if beta is not None:
+        tilt = 2 * h - 1
+        magnitude = np.abs(tilt)
+        loss += float(regularization * (1 - magnitude ** beta).sum())
+        gradient -= regularization * beta * 2 * np.sign(tilt) * magnitude ** (beta - 1)
+    unclipped = sigmoid * (zeta - gamma) + gamma
+    gradient *= ((unclipped >= 0) & (unclipped <= 1)) * (zeta - gamma) * sigmoid * (1 - sigmoid)
+    _adam(state, gradient.astype(np.float32, copy=False))
+    return loss
+
+
+def _adam(state: SoftRounding, gradient: np.ndarray) -> None:
+    rate, beta1, beta2, epsilon = ADAM
+    state.steps += 1
+    state.first *= beta1
+    state.first += (1 - beta1) * gradient
+    state.second *= beta2
+    state.second += (1 - beta2) * gradient * gradient
+    bias2 = np.sqrt(1 - beta2 ** state.steps)
+    state.v -= (rate * bias2 / (1 - beta1 ** state.steps)) * state.first / (np.sqrt(state.second) + epsilon * bias2)
