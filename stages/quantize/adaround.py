@@ -188,7 +188,7 @@ def _fit_positions(layer: Layer, inputs: np.ndarray, fp32_inputs: np.ndarray, we
     state = adaround_steps.SoftRounding.start(grouping.to_matrices(start))
     for iteration in range(iterations):
         drawn = rng.choice(len(picked), size=min(STEP_POSITIONS, len(picked)), replace=False)
-        adaround_steps.step(state, rows[:, drawn], target[:, drawn], floor_m, grid_m, *bounds, channel_gain,
+        adaround_steps.step(state, rows[drawn], target[drawn], floor_m, grid_m, *bounds, channel_gain,
                             REGULARIZATION, _annealed(iteration, iterations), ZETA, GAMMA)
     return grouping.from_matrices(state.v)
 

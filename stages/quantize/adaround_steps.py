@@ -44,12 +44,31 @@ class Grouping:
         return np.ascontiguousarray(matrices.transpose(0, 2, 1)).reshape(self.shape)
 
     def grouped_rows(self, rows: np.ndarray) -> np.ndarray:
-        """(positions, groups * patch) rows as (groups, positions, patch)."""
-        return rows.reshape(rows.shape[0], self.groups, -1).transpose(1, 0, 2)
+        """(positions, groups * patch) rows as (positions, groups, patch): drawing positions stays contiguous."""
+        return rows.reshape(rows.shape[0], self.groups, -1)
 
     def grouped_outputs(self, outputs: np.ndarray) -> np.ndarray:
-        """(positions, channels) outputs as (groups, positions, outputs per group)."""
-        return outputs.reshape(outputs.shape[0], self.groups, -1).transpose(1, 0, 2)
+        """(positions, channels) outputs as (positions, groups, outputs per group)."""
+        return outputs.reshape(outputs.shape[0], self.groups, -1)
+
+
+def _product(rows: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """(positions, groups, patch) rows times (groups, patch, outputs) weights: (positions, groups, outputs). One
+    GEMM for one group; a depthwise layer's one output per group as an element-wise sum."""
+    if weight.shape[0] == 1:
+        return (rows[:, 0] @ weight[0])[:, None]
+    if weight.shape[2] == 1:
+        return np.einsum("pgk,gk->pg", rows, weight[:, :, 0])[:, :, None]
+    return np.einsum("pgk,gko->pgo", rows, weight)
+
+
+def _weight_gradient(rows: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+    """The gradient of sum(outputs * _product(rows, W)) in W: (groups, patch, outputs)."""
+    if outputs.shape[1] == 1:
+        return (rows[:, 0].T @ outputs[:, 0])[None]
+    if outputs.shape[2] == 1:
+        return np.einsum("pgk,pg->gk", rows, outputs[:, :, 0])[:, :, None]
+    return np.einsum("pgk,pgo->gko", rows, outputs)
 
 
 @dataclass
@@ -75,17 +94,17 @@ def soft(v: np.ndarray, zeta: float, gamma: float) -> tuple[np.ndarray, np.ndarr
 def step(state: SoftRounding, rows: np.ndarray, target: np.ndarray, floor: np.ndarray, grid: np.ndarray,
          low: float, high: float, gain: np.ndarray | None, regularization: float, beta: float | None,
          zeta: float, gamma: float) -> float:
-    """One Adam step on `rows` (groups, positions, patch) against `target` (groups, positions, outputs); every
+    """One Adam step on `rows` (positions, groups, patch) against `target` (positions, groups, outputs); every
     weight array in matrix layout. `beta` None: no regularizer (the warm-up). Returns the step's loss."""
     h, sigmoid = soft(state.v, zeta, gamma)
     rounded = floor + h
     inside = (rounded >= low) & (rounded <= high)
     weight = np.clip(rounded, low, high) * grid
-    residual = np.matmul(rows, weight) - target  # (groups, positions, outputs)
+    residual = _product(rows, weight) - target  # (positions, groups, outputs)
     weighted = residual if gain is None else residual * gain
-    positions = rows.shape[1]
+    positions = rows.shape[0]
     loss = float((weighted * residual).sum() / positions)
-    gradient = np.matmul(rows.transpose(0, 2, 1), weighted) * (2 / positions) * grid * inside  # d loss / d h
+    gradient = _weight_gradient(rows, weighted) * (2 / positions) * grid * inside  # d loss / d h
     if beta is not None:
         tilt = 2 * h - 1
         magnitude = np.abs(tilt)
