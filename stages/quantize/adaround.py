@@ -53,7 +53,8 @@ REGULARIZATION = 0.01  # weight of the rounding regularizer against the reconstr
 BETA = (20.0, 2.0)  # the regularizer's exponent, annealed from the first to the second
 WARMUP = 0.2  # share of the iterations fitted without the regularizer
 FIT_POSITIONS = 16384  # output positions (a sample's pixel or row) a layer is fitted on, drawn over every sample
-STEP_POSITIONS = 1024  # of them, drawn afresh for each step
+STEP_POSITIONS = 1024  # of them, drawn afresh for each step where the patch is larger than QUADRATIC_PATCH
+QUADRATIC_PATCH = 2 * STEP_POSITIONS  # up to this patch a step is cheaper as a quadratic over every position
 
 
 @contextmanager
@@ -172,8 +173,10 @@ def _fit_positions(layer: Layer, inputs: np.ndarray, fp32_inputs: np.ndarray, we
                    w_fp32: paddle.Tensor, grid: np.ndarray, floor: np.ndarray, start: np.ndarray,
                    bounds: tuple[int, int], gain: np.ndarray | None, iterations: int,
                    rng: np.random.Generator) -> np.ndarray:
-    """AdaRound's steps in numpy (`adaround_steps`), each on STEP_POSITIONS output positions drawn afresh from
-    FIT_POSITIONS drawn once over every sample (`unfolded`): the same loss per position as over whole samples."""
+    """AdaRound's steps in numpy (`adaround_steps`) on FIT_POSITIONS output positions drawn once over every sample
+    (`unfolded`): the same loss per position as over whole samples. Each step takes the error over all of them as
+    a quadratic in the weight (a patch-by-patch Gram matrix per group), or, for patches over QUADRATIC_PATCH, over
+    STEP_POSITIONS of them drawn afresh."""
     total = unfolded.positions(layer, inputs, weight.shape)
     picked = np.sort(rng.choice(total, size=min(FIT_POSITIONS, total), replace=False))
     with paddle.no_grad():
@@ -186,10 +189,16 @@ def _fit_positions(layer: Layer, inputs: np.ndarray, fp32_inputs: np.ndarray, we
     channel_gain = None if gain is None else grouping.grouped_outputs(gain.reshape(1, -1).astype(np.float32))
     floor_m, grid_m = grouping.to_matrices(floor), grouping.to_matrices(grid)
     state = adaround_steps.SoftRounding.start(grouping.to_matrices(start))
+    settings = (floor_m, grid_m, *bounds, channel_gain, REGULARIZATION)
+    if rows.shape[2] <= QUADRATIC_PATCH:  # every position at every step, for less than drawing them
+        quadratic = adaround_steps.Quadratic.of(rows, target)
+        for iteration in range(iterations):
+            adaround_steps.quadratic_step(state, quadratic, *settings, _annealed(iteration, iterations), ZETA, GAMMA)
+        return grouping.from_matrices(state.v)
     for iteration in range(iterations):
         drawn = rng.choice(len(picked), size=min(STEP_POSITIONS, len(picked)), replace=False)
-        adaround_steps.step(state, rows[drawn], target[drawn], floor_m, grid_m, *bounds, channel_gain,
-                            REGULARIZATION, _annealed(iteration, iterations), ZETA, GAMMA)
+        adaround_steps.step(state, rows[drawn], target[drawn], *settings, _annealed(iteration, iterations), ZETA,
+                            GAMMA)
     return grouping.from_matrices(state.v)
 
 

@@ -125,3 +125,52 @@ def _adam(state: SoftRounding, gradient: np.ndarray) -> None:
     state.second += (1 - beta2) * gradient * gradient
     bias2 = np.sqrt(1 - beta2 ** state.steps)
     state.v -= (rate * bias2 / (1 - beta1 ** state.steps)) * state.first / (np.sqrt(state.second) + epsilon * bias2)
+
+
+@dataclass(frozen=True)
+class Quadratic:
+    """A layer's reconstruction error over fixed positions as a quadratic in its weight: the error of W is
+    sum over channels c of gain_c (w_c' G w_c - 2 b_c' w_c + t_c), with G = X'X / P per group (gram), B = X'T / P
+    (cross) and t = |T|^2 / P per channel (constant). A step's cost is then a (patch x patch) by (patch x outputs)
+    product per group, whatever the number of positions, and every step sees all of them."""
+
+    gram: np.ndarray  # (groups, patch, patch)
+    cross: np.ndarray  # (groups, patch, outputs)
+    constant: np.ndarray  # (groups, outputs)
+
+    @classmethod
+    def of(cls, rows: np.ndarray, target: np.ndarray) -> Quadratic:
+        """From (positions, groups, patch) rows and (positions, groups, outputs) targets."""
+        positions = rows.shape[0]
+        gram = np.einsum("pgk,pgl->gkl", rows, rows, optimize=True) / positions
+        cross = np.einsum("pgk,pgo->gko", rows, target, optimize=True) / positions
+        return cls(gram.astype(np.float32), cross.astype(np.float32),
+                   ((target.astype(np.float64) ** 2).sum(axis=0) / positions).astype(np.float32))
+
+
+def quadratic_step(state: SoftRounding, quadratic: Quadratic, floor: np.ndarray, grid: np.ndarray, low: float,
+                   high: float, gain: np.ndarray | None, regularization: float, beta: float | None, zeta: float,
+                   gamma: float) -> float:
+    """`step` on every position of `quadratic` at once (the same loss and gradient as `step` given all its rows).
+    `gain`: (1, groups, outputs) as for `step`."""
+    h, sigmoid = soft(state.v, zeta, gamma)
+    rounded = floor + h
+    inside = (rounded >= low) & (rounded <= high)
+    weight = np.clip(rounded, low, high) * grid
+    product = np.matmul(quadratic.gram, weight)  # (groups, patch, outputs)
+    per_channel = (weight * (product - 2 * quadratic.cross)).sum(axis=1) + quadratic.constant  # (groups, outputs)
+    channel_gain = None if gain is None else gain[0]
+    loss = float((per_channel if channel_gain is None else per_channel * channel_gain).sum())
+    gradient = 2 * (product - quadratic.cross)
+    if channel_gain is not None:
+        gradient *= channel_gain[:, None, :]
+    gradient *= grid * inside
+    if beta is not None:
+        tilt = 2 * h - 1
+        magnitude = np.abs(tilt)
+        loss += float(regularization * (1 - magnitude ** beta).sum())
+        gradient -= regularization * beta * 2 * np.sign(tilt) * magnitude ** (beta - 1)
+    unclipped = sigmoid * (zeta - gamma) + gamma
+    gradient *= ((unclipped >= 0) & (unclipped <= 1)) * (zeta - gamma) * sigmoid * (1 - sigmoid)
+    _adam(state, gradient.astype(np.float32, copy=False))
+    return loss

@@ -61,3 +61,27 @@ def test_a_numpy_step_is_paddles_autograd_and_adam(case, beta):
     assert loss == pytest.approx(expected_loss, rel=1e-4)
     np.testing.assert_allclose(grouping.from_matrices(state.v), expected_v, rtol=1e-5, atol=1e-6)
     assert np.abs(expected_v - start).max() > 1e-4  # the step moved something
+
+
+@pytest.mark.parametrize("beta", [None, 12.0])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_quadratic_step_is_a_step_over_every_position(case, beta):
+    """The error as a quadratic in the weight (Gram matrices of the positions) gives the loss and update of a step
+    that draws every position."""
+    op_type, shape, attrs = CASES[case]
+    rng = np.random.default_rng(4)
+    conv = op_type != "matmul_v2"
+    patch = int(np.prod(shape[1:])) * attrs["groups"] if conv else shape[1]
+    grouping = adaround_steps.Grouping(shape, attrs["groups"] if conv else 1, not conv, conv)
+    rows = grouping.grouped_rows(rng.standard_normal((300, patch)).astype(np.float32))
+    target = grouping.grouped_outputs(rng.standard_normal((300, shape[0])).astype(np.float32))
+    floor = grouping.to_matrices(np.floor(rng.standard_normal(shape) * 20).astype(np.float32))
+    grid = grouping.to_matrices(np.full(shape, 0.05, np.float32) * (1 + rng.random(shape, dtype=np.float32)))
+    start = grouping.to_matrices(rng.standard_normal(shape).astype(np.float32))
+    gain = grouping.grouped_outputs(rng.random((1, shape[0]), dtype=np.float32) + 0.5)
+    drawn, summed = adaround_steps.SoftRounding.start(start), adaround_steps.SoftRounding.start(start)
+    arguments = (floor, grid, -128, 127, gain, REGULARIZATION, beta, ZETA, GAMMA)
+    loss = adaround_steps.step(drawn, rows, target, *arguments)
+    assert adaround_steps.quadratic_step(summed, adaround_steps.Quadratic.of(rows, target), *arguments) == \
+        pytest.approx(loss, rel=1e-4)
+    np.testing.assert_allclose(summed.v, drawn.v, rtol=1e-5, atol=1e-6)
