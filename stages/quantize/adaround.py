@@ -5,21 +5,25 @@ chose) and decides, per weight, whether to round down or up, so that the layer's
 is as close to FP32 as it can be: a soft rounding h(V) in [0, 1] is learned with Adam, pulled to 0 or 1 by
 an annealed regularizer, then made hard. PaddleSlim's own AdaRound (`round_type='adaround'`) and its
 reconstruction quantization (`quant_recon_static`) build their training ops with the dynamic-graph API and
-fail in Paddle 3.3.1 on the legacy program format PaddleSlim needs; this runs the same optimization in
-Paddle's dynamic graph on tensors fetched from the static programs.
+fail in Paddle 3.3.1 on the legacy program format PaddleSlim needs; this runs the same optimization on tensors
+fetched from the static programs.
 
 Each layer (conv2d, depthwise_conv2d, matmul_v2 with a quantized weight) is fitted asymmetrically, as BRECQ
 and QDrop do: its input is what the INT8 program feeds it (quantized, with every error upstream and the layers
 before it already refitted, so a layer also makes up for what those left), its target the FP32 program's output
 of the same layer. The FP32 inputs of every layer are fetched in one pass (PP-OCRv4 rec: 22 MB per line), the
-INT8 ones layer by layer, each by a program pruned to that tensor. The error of a conv followed by a BatchNorm is weighted by the
-BatchNorm's per-channel gain, so it is measured where the next layer sees it. Each Adam step draws
-STEP_POSITIONS output positions (a sample's pixel or row) from FIT_POSITIONS drawn once over every sample, the
-layer applied as a matrix product of their unfolded inputs (`unfolded`): the loss per position is the same as
-over whole samples, a step costs a fraction of a batch's convolution, and it sees every sample (docs/benchmarks.md,
-"Recovery's time"). A layer keeps the new rounding
-only if its output error on the calibration data is lower than with nearest rounding; only the integer
-codes change, never a scale, so every runtime reads the same grids.
+INT8 ones layer by layer, each carried on from the previous layer's (only the ops between them run). The error
+of a conv followed by a BatchNorm is weighted by the BatchNorm's per-channel gain, so it is measured where the
+next layer sees it.
+
+The fit runs on FIT_POSITIONS output positions (a sample's pixel or row) drawn once over every sample, the layer a
+matrix product of their unfolded inputs (`unfolded`): the loss per position is the same as over whole samples.
+Over fixed positions that loss is a quadratic in the weight, so each step takes it over all of them from their
+Gram matrix (`adaround_steps`, numpy, the gradient written out); a patch over QUADRATIC_PATCH draws
+STEP_POSITIONS a step instead, and a layer `unfolded` cannot take keeps Paddle's dynamic graph over whole samples.
+PP-OCRv4 rec's 45 layers: 1,467 s before, 231 s now (docs/benchmarks.md, "Recovery's time"). A layer keeps the
+new rounding only if its output error on the calibration data is lower than with nearest rounding; only the
+integer codes change, never a scale, so every runtime reads the same grids.
 """
 
 from __future__ import annotations
