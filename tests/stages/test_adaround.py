@@ -119,3 +119,11 @@ def test_a_layers_input_carried_from_the_layer_before_is_the_programs_own(block)
                 np.testing.assert_array_equal(fed, whole)
             carried = (layer.int8_input, whole)
     assert len(layers) == 4
+
+
+def test_the_same_settings_give_the_same_codes(block):
+    _, first = quantized(block, ADAPTIVE, "seeded_once")
+    _, second = quantized(block, ADAPTIVE, "seeded_twice")
+    once, twice = parameters(first), parameters(second)
+    assert once.keys() == twice.keys()
+    assert all(np.array_equal(once[name], twice[name]) for name in once)
