@@ -105,6 +105,13 @@ def step(state: SoftRounding, rows: np.ndarray, target: np.ndarray, floor: np.nd
     positions = rows.shape[0]
     loss = float((weighted * residual).sum() / positions)
     gradient = _weight_gradient(rows, weighted) * (2 / positions) * grid * inside  # d loss / d h
+    return _regularized_update(state, loss, gradient, h, sigmoid, regularization, beta, zeta, gamma)
+
+
+def _regularized_update(state: SoftRounding, loss: float, gradient: np.ndarray, h: np.ndarray, sigmoid: np.ndarray,
+                        regularization: float, beta: float | None, zeta: float, gamma: float) -> float:
+    """Add the rounding regularizer to the reconstruction's `loss` and its `gradient` in h, carry the gradient
+    through the rectified sigmoid to V, and take Adam's step. Returns the whole loss."""
     if beta is not None:
         tilt = 2 * h - 1
         magnitude = np.abs(tilt)
@@ -166,12 +173,4 @@ def quadratic_step(state: SoftRounding, quadratic: Quadratic, floor: np.ndarray,
     if channel_gain is not None:
         gradient *= channel_gain[:, None, :]
     gradient *= grid * inside
-    if beta is not None:
-        tilt = 2 * h - 1
-        magnitude = np.abs(tilt)
-        loss += float(regularization * (1 - magnitude ** beta).sum())
-        gradient -= regularization * beta * 2 * np.sign(tilt) * magnitude ** (beta - 1)
-    unclipped = sigmoid * (zeta - gamma) + gamma
-    gradient *= ((unclipped >= 0) & (unclipped <= 1)) * (zeta - gamma) * sigmoid * (1 - sigmoid)
-    _adam(state, gradient.astype(np.float32, copy=False))
-    return loss
+    return _regularized_update(state, loss, gradient, h, sigmoid, regularization, beta, zeta, gamma)

@@ -3,7 +3,6 @@ those positions, for convs (grouped, depthwise, strided, padded unevenly, dilate
 
 import numpy as np
 import paddle
-import paddle.nn.functional as F
 import pytest
 
 from quantgate.stages.quantize.adaround import _apply, dynamic_mode
