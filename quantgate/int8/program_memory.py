@@ -17,7 +17,6 @@ the executor freeing each after its last use); where that sum does not fit, `pro
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -84,11 +83,12 @@ class CalibrationCost:
     kept_bytes: int  # of per_sample_bytes, the activations kept: passes over the data can each keep a share
 
 
-def _from_shapes(program: ProgramMemory, sample_in: int) -> CalibrationCost:
-    """Calibration's cost as the shapes tell it (the module docstring says how the factors were measured)."""
+def _from_shapes(program: ProgramMemory, sample_in: int, statistics: int = 0) -> CalibrationCost:
+    """Calibration's cost as the shapes tell it (the module docstring says how the factors were measured), with
+    `statistics` bytes held whatever the batch."""
     kept = int(CALIBRATION_PER_SAMPLE * program.activation_bytes)
-    return CalibrationCost(2 * program.parameter_bytes + int(CALIBRATION_WORKING * program.activation_bytes),
-                           kept + sample_in, "shapes", kept)
+    return CalibrationCost(2 * program.parameter_bytes + int(CALIBRATION_WORKING * program.activation_bytes)
+                           + statistics, kept + sample_in, "shapes", kept)
 
 
 def calibration_cost(prefix: Path, input_shape: tuple[int, ...], statistics_per_tensor: int = 0) -> CalibrationCost:
@@ -105,8 +105,7 @@ def calibration_cost(prefix: Path, input_shape: tuple[int, ...], statistics_per_
     sample_in = int(np.prod(shape, dtype=np.int64)) * 4
     statistics = statistics_per_tensor * program.activations
     if not program.unknown_shapes:
-        cost = _from_shapes(program, sample_in)
-        return dataclasses.replace(cost, fixed_bytes=cost.fixed_bytes + statistics)
+        return _from_shapes(program, sample_in, statistics)
     probe = probe_calibration(Path(prefix), shape)
     kept = int(CALIBRATION_PER_SAMPLE * probe.per_sample_bytes)
     return CalibrationCost(2 * program.parameter_bytes + probe.fixed_bytes + statistics, kept + sample_in,

@@ -25,5 +25,5 @@ from quantgate.memory.budget import (
 from quantgate.memory.peak import BUDGET_KEY, PEAK_KEY, PeakMemory
 
 __all__ = ["BATCHES_KEY", "BUDGET_KEY", "BatchChoice", "MEMORY_ENV", "MemoryBudget", "MemoryRefused", "PEAK_KEY",
-           "PeakMemory", "choose_batch", "choose_batch_in_passes", "gigabytes", "memory_budget", "process_memory_bytes", "return_freed_memory",
-           "tree_memory_bytes"]
+           "PeakMemory", "choose_batch", "choose_batch_in_passes", "gigabytes", "memory_budget",
+           "process_memory_bytes", "return_freed_memory", "tree_memory_bytes"]

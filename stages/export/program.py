@@ -35,7 +35,7 @@ def reference_chunk(prefix: Path, input_shape: tuple[int, ...]) -> BatchChoice:
     """How many of the reference images run at once: the executor frees what it no longer needs, so every
     activation of the program at once bounds a sample's cost (a 960x960 page: 1.3 GB; the 32 pages at once
     held 7.3 GB). Where that bound does not fit the whole batch, the run is measured in a child process
-    (`probe_forward`; the same page: about 0.6 GB).
+    (`probe_forward`; the same page: 0.085 GB, beside 0.58 GB held whatever the batch).
 
     Raises:
         MemoryRefused: one sample does not fit.
