@@ -186,7 +186,10 @@ def _weight_bits(sources: VersionSources) -> dict:
 def _quantization(quantization: dict) -> list[str]:
     recipe = quantization.get("recipe") or {}
     shown = ", ".join(f"{key} {value}" for key, value in sorted(recipe.items()) if value is not None)
-    search = "; chosen by the accuracy-aware search" if quantization.get("search") else ""
+    searched = quantization.get("search") or {}
+    steps = [step["phase"] for step in searched.get("steps") or []]
+    search = (f"; chosen by the accuracy-aware search ({' -> '.join(steps) or 'recipes'}, "
+              f"{'passed' if searched.get('passed') else 'nothing passed'} on validation)" if searched else "")
     bits = quantization.get("int8_weight_bits")
     return ["## Quantization", "",
             f"- PaddleSlim post-training INT8: {shown or 'recipe not recorded'}{search}",

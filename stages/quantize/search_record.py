@@ -8,7 +8,7 @@ from pathlib import Path
 
 from quantgate.config import GatePolicy, QuantizeConfig
 from quantgate.stages.quantize.outputs import SEARCH_FILE
-from quantgate.stages.quantize.trials import Trial, TrialRunner
+from quantgate.stages.quantize.trials import Trial, TrialRunner, closest_to_fp32
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,44 @@ def layer_costs(trials: list[Trial], kept: Trial) -> list[dict]:
     return costs
 
 
+def step_record(trials: list[Trial]) -> list[dict]:
+    """Per phase, in the order the search ran them: its trials and seconds, the closest trial it reached, and what
+    that gained over every phase before it (validation split; a gain is a smaller drop, a higher agreement)."""
+    steps, before = [], None
+    for phase in dict.fromkeys(trial.phase for trial in trials):
+        ran = [trial for trial in trials if trial.phase == phase]
+        best = min(ran, key=closest_to_fp32)
+        step = {"phase": phase, "trials": len(ran), "seconds": sum(trial.seconds for trial in ran),
+                "passed": any(trial.passed for trial in ran), "closest_trial": best.index,
+                "accuracy_drop_pts": best.validation["accuracy_drop_pts"], "agreement": best.validation["agreement"],
+                "gain_pts": None, "gain_agreement": None}
+        if before is not None:
+            step["gain_pts"] = before.validation["accuracy_drop_pts"] - best.validation["accuracy_drop_pts"]
+            step["gain_agreement"] = best.validation["agreement"] - before.validation["agreement"]
+        steps.append(step)
+        before = best if before is None else min((before, best), key=closest_to_fp32)
+    return steps
+
+
+def next_step(config: QuantizeConfig, trials: list[Trial], stopped: str) -> str:
+    """When nothing passed: what the search would try next, and what that costs as measured in this search."""
+    search = config.search
+    fallbacks = [trial.seconds for trial in trials if trial.phase in ("fall-back", "restore")]
+    each = sum(fallbacks or [trial.seconds for trial in trials]) / len(fallbacks or trials)
+    if "timeout" in stopped or "max_trials" in stopped:
+        return (f"more trials: raise quantize.search.timeout_s ({search.timeout_s:g} s) or max_trials "
+                f"({search.max_trials}); a trial took {each:.0f} s on average here")
+    if search.recovery is False and not any(trial.phase == "recovery" for trial in trials):
+        return ("recovery: set quantize.search.recovery true (AdaRound on the closest recipe: one trial, the "
+                f"recipes' {max(trial.seconds for trial in trials):.0f} s plus its fitting)")
+    if any(trial.phase == "fall-back" for trial in trials) or search.max_float_layers == 0:
+        return (f"more FP32 layers: raise quantize.search.max_float_layers ({search.max_float_layers}); each "
+                f"further layer is one trial, {each:.0f} s on average here")
+    return f"a larger budget or a looser policy; a trial took {each:.0f} s on average here"
+
+
 def search_summary(config: QuantizeConfig, runner: TrialRunner, kept: Trial, outcome: SearchOutcome,
-                   final: FinalCalibration | None = None) -> dict:
+                   final: FinalCalibration | None = None, validation_needed: dict | None = None) -> dict:
     """The search in the quantize manifest: the kept trial, the budget, and how the search got there.
 
     `passed`, `validation` and `speedup_int8_vs_fp32` are the written model's: the full-set one's
@@ -89,6 +125,9 @@ def search_summary(config: QuantizeConfig, runner: TrialRunner, kept: Trial, out
         "failed_recipes": runner.failed_recipes,
         "ranking_from_cache": outcome.ranking_cached,
         "fallback_estimates": len(outcome.estimates),
+        "steps": step_record(trials),
+        "next_step": None if written.passed else next_step(config, trials, outcome.stopped),
+        "validation_samples_needed": validation_needed,
     }
 
 

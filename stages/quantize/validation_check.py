@@ -102,3 +102,18 @@ def policy_failures(policy: GatePolicy, metrics: dict) -> list[str]:
     decision = decide(policy, metrics)
     return [criterion.describe() for criterion in decision.criteria
             if criterion.name in VALIDATION_CRITERIA and not criterion.passed]
+
+
+def samples_to_show(policy: GatePolicy, samples: int, runtime: str = "onnxruntime") -> dict:
+    """How many validation samples the policy's rate criteria need, against the `samples` there are.
+
+    Agreement by the rule of three: with no disagreement in n samples, the disagreement rate is below
+    3/n at 95 % confidence, so showing `min_agreement` takes n >= 3 / (1 - min_agreement) (300 for
+    0.99). An accuracy drop moves in steps of one sample, 100/n points: a step larger than
+    `max_accuracy_drop` cannot show a drop within it. `short` names the criteria `samples` falls short of.
+    """
+    agreement = policy.threshold("min_agreement", runtime)
+    drop = policy.threshold("max_accuracy_drop", runtime)
+    needed = {"min_agreement": int(np.ceil(3 / (1 - agreement) - 1e-9)) if 0 < agreement < 1 else 0,
+              "max_accuracy_drop": int(np.ceil(100 / drop - 1e-9)) if 0 < drop < 100 else 0}
+    return {"samples": samples, "needed": needed, "short": sorted(name for name, n in needed.items() if samples < n)}

@@ -133,6 +133,17 @@ def _search_lines(search: dict | None) -> list[str]:
         f"sensitivity ranking from cache: {search.get('ranking_from_cache', False)}; "
         f"fall-back sets estimated without a PaddleSlim run: {search.get('fallback_estimates', 0)}",
     ]
+    lines += [f"- {step['phase']}: {step['trials']} trial(s), {_num(step['seconds'], '.0f')} s, closest drop "
+              f"{_num(step['accuracy_drop_pts'], '+.2f')} pts, agreement {_num(step['agreement'], '.4f')}"
+              + ("" if step.get("gain_pts") is None else f" (gained {_num(step['gain_pts'], '+.2f')} pts, "
+                 f"{_num(step['gain_agreement'], '+.4f')} agreement)") + (", passed" if step["passed"] else "")
+              for step in search.get("steps") or []]
+    if search.get("next_step"):
+        lines.append(f"- next step: {search['next_step']}")
+    needed = search.get("validation_samples_needed") or {}
+    if needed.get("short"):
+        lines.append(f"- the validation split's {needed['samples']} samples are too few to show "
+                     + ", ".join(f"{name} (needs {needed['needed'][name]})" for name in needed["short"]))
     costs = search.get("float_layer_costs") or []
     if not costs:
         return lines + ["- every quantizable layer runs in INT8"]

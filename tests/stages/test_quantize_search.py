@@ -9,6 +9,7 @@ recipe touches that (they calibrate activations); leaving the third convolution 
 """
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -24,6 +25,7 @@ from quantgate.stages.data import open_data
 from quantgate.stages.export.inference_model import export
 from quantgate.stages.quantize.outputs import SEARCH_FILE
 from quantgate.stages.quantize.search import search_quantization
+from quantgate.stages.quantize.trials import closest_to_fp32
 
 OUTLIER = 1000.0
 CHANNEL = 5
@@ -88,6 +90,14 @@ def test_plain_ptq_misses_and_the_search_falls_back_the_broken_layer(searched, b
         assert trial["float_layers"] == [] and not trial["passed"]
         assert trial["validation"]["accuracy_drop_pts"] > 5
         assert any("accuracy_drop_pts" in failure for failure in trial["failures"])
+    # Recovery comes next: the closer recipe again with AdaRound, every layer in INT8. No rounding of the
+    # same grids fixes a weight scale set by the outlier, so it misses too, and the search goes on.
+    recovery = trials[2]
+    closer = min(trials[:2], key=lambda trial: closest_to_fp32(SimpleNamespace(validation=trial["validation"])))
+    assert recovery["phase"] == "recovery" and recovery["float_layers"] == [] and not recovery["passed"]
+    assert recovery["recipe"] == {**closer["recipe"], "rounding": "adaptive"}
+    assert [step["phase"] for step in record["steps"]][:3] == ["recipe", "recovery", "fall-back"]
+    assert record["steps"][1]["trials"] == 1 and record["steps"][1]["seconds"] == recovery["seconds"]
     # The ranking puts the layer reading the outlier channel first; falling it back passes.
     assert record["ranking"][0]["layer"] == third_conv_weight(broken_export)
     assert record["passed"] and result.metrics["search"]["passed"]
@@ -144,7 +154,7 @@ def test_a_search_that_finds_nothing_keeps_the_best_trial_and_the_gate_fails_it(
 def test_a_recipe_that_changes_only_hist_percent_reuses_the_first_calibrations_statistics(broken_export, stage_dirs,
                                                                                           tmp_path):
     result = run_search(broken_export, stage_dirs, tmp_path / "out", recipes=[{}, {"hist_percent": 0.999}],
-                        max_float_layers=0, trial_calibration_samples=None)  # the kept trial's model is written
+                        max_float_layers=0, recovery=False, trial_calibration_samples=None)  # the kept trial's model is written
     trials = json.loads((tmp_path / "out" / SEARCH_FILE).read_text())["trials_detail"]
     assert [trial["recipe"]["hist_percent"] for trial in trials] == [0.9999, 0.999]
     assert [trial["statistics_reused"] for trial in trials] == [False, True]
