@@ -186,7 +186,8 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
                 refs["export"] = export_program_task(root, version, refs[SOURCE], refs["data"], reuse, workers)
             refs["quantize"] = quantize_task(root, version, config.quantize, refs["export"], refs["data"], reuse,
                                              config.gate, config.evaluate, workers, config.convert)
-            refs["convert"] = convert_task(root, version, refs["export"], refs["quantize"], reuse, config.convert)
+            refs["convert"] = convert_task(root, version, refs["export"], refs["quantize"], reuse, config.convert,
+                                           refs["data"])
             refs["evaluate"] = evaluate_task(root, version, config.evaluate, refs["convert"], refs["data"], workers,
                                              refs["export"], refs["quantize"])
             duel = duel_task(root, version, refs["evaluate"], refs["data"], reuse)  # None: nothing released yet

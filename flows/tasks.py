@@ -277,9 +277,10 @@ def quantize_task(
 
 @task(name="convert", **STAGE_TASK)
 def convert_task(store_root: str, version: VersionRef, exported: StageRef, quantized: StageRef,
-                 reuse: bool = True, config: ConvertConfig | None = None) -> StageRef:
+                 reuse: bool = True, config: ConvertConfig | None = None, data: StageRef | None = None) -> StageRef:
     """paddle2onnx for both models, then INT8 lowered to onnxruntime's integer kernels (7-bit weights on a CPU
-    whose INT8 kernels saturate with 8: `weight_range`; `config.hardswish_grids`: `affine_absorption`)."""
+    whose INT8 kernels saturate with 8: `weight_range`; `config.hardswish_grids`: `affine_absorption`), its
+    integer ops checked on the data's first calibration samples."""
     config = config or ConvertConfig()
     weight_bits = this_cpus_weight_bits()
     if weight_bits.bits != 8:
@@ -287,9 +288,11 @@ def convert_task(store_root: str, version: VersionRef, exported: StageRef, quant
     return run_stage(
         store_root, version, "convert",
         {"opset": OPSET, "int8_weight_bits": weight_bits.bits, "hardswish_grids": config.hardswish_grids},
-        {"export": exported, "quantize": quantized},
-        lambda dirs, out: convert(dirs["export"], dirs["quantize"], MODEL_FILE, PARAMS_FILE, out, weight_bits,
-                                  config.hardswish_grids), reuse,
+        {"export": exported, "quantize": quantized, **({"data": data} if data is not None else {})},
+        lambda dirs, out: convert(
+            dirs["export"], dirs["quantize"], MODEL_FILE, PARAMS_FILE, out, weight_bits, config.hardswish_grids,
+            dirs.get("data")),
+        reuse,
     )
 
 

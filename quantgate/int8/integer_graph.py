@@ -299,14 +299,14 @@ def simulate_op(op: IntegerOp, integer_inputs: Mapping[str, np.ndarray]) -> np.n
     grid is), run the float op, quantize (round half to even, saturate). `integer_inputs` maps the codes the op
     reads (`op.activation_inputs`) to their values; initializers' codes come from the op itself.
 
-    Raises:
-        NotImplementedError: `op`'s type is not in `FLOAT_OPS`.
+    An op type not in `FLOAT_OPS` (MaxPool, AveragePool...) runs in onnx's reference evaluator at the convert
+    stage's opset 13, on the same float64 inputs.
     """
-    if op.op_type not in FLOAT_OPS:
-        raise NotImplementedError(f"simulate_op has no {op.op_type} (integer op {op.name}); it knows "
-                                  f"{', '.join(sorted(FLOAT_OPS))}")
     values = [None if i is None else i.grid.dequantize(op.constants.get(i.codes, integer_inputs.get(i.codes)))
               for i in op.inputs]
+    if op.op_type not in FLOAT_OPS:
+        feeds = {name: value for name, value in zip(op.node.input, values) if name}
+        return op.output_grid.quantize(_reference_node(op.node, {"": 13}).run(None, feeds)[0])
     return op.output_grid.quantize(FLOAT_OPS[op.op_type](values, _attributes(op.node)))
 
 

@@ -7,7 +7,6 @@ the whole model what the numpy simulation does.
 quantgate/int8/weight_range.py); 8-bit weights only where the CPU sums INT8 products in 32 bits (VNNI, AMX).
 """
 
-import dataclasses
 import json
 
 import numpy as np
@@ -16,6 +15,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
+from quantgate.int8 import integer_graph
 from quantgate.int8.integer_graph import check_ops, describe, simulate_model, simulate_op
 from quantgate.int8.lower_int8 import Lowering, lower_int8
 from quantgate.int8.onnx_ops import runtime_op_counts
@@ -129,11 +129,21 @@ def test_a_scale_changed_after_the_description_shows_in_that_ops_check_alone(low
     assert all(check.max_code_difference <= 1 for check in check_ops(changed, {"x": inputs}))
 
 
-def test_an_op_type_without_a_simulation_is_named(lowered):
-    model, _, _, _ = lowered("se_block", False, 7)
-    op = describe(model).ops[0]
-    node = onnx.NodeProto()
-    node.CopyFrom(op.node)
-    node.op_type = "ConvTranspose"
-    with pytest.raises(NotImplementedError, match="ConvTranspose"):
-        simulate_op(dataclasses.replace(op, node=node), {})
+def activation_codes(model: onnx.ModelProto, graph, inputs: np.ndarray) -> dict:
+    """The codes every integer op of `graph` reads, as onnxruntime computes them."""
+    names = list(dict.fromkeys(name for op in graph.ops for name in op.activation_inputs))
+    exposed = onnx.ModelProto()
+    exposed.CopyFrom(model)
+    exposed.graph.output.extend(onnx.ValueInfoProto(name=name) for name in names)
+    session = ort.InferenceSession(exposed.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip(names, session.run(names, {"x": inputs})))
+
+
+def test_an_op_type_without_a_hand_written_simulation_runs_in_onnxs_reference_evaluator(lowered, monkeypatch):
+    model, _, inputs, _ = lowered("se_block", False, 7)
+    graph = describe(model)
+    codes = activation_codes(model, graph, inputs)
+    by_hand = [simulate_op(op, codes) for op in graph.ops]
+    monkeypatch.setattr(integer_graph, "FLOAT_OPS", {})  # every op to the reference evaluator (MaxPool goes there)
+    for op, expected in zip(graph.ops, by_hand):
+        assert np.abs(simulate_op(op, codes).astype(int) - expected.astype(int)).max() <= 1, op.name

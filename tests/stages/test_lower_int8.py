@@ -8,10 +8,12 @@ from onnx import numpy_helper
 
 from quantgate.config import QuantizeConfig
 from quantgate.int8.errors import ConversionError
+from quantgate.int8.integer_graph import describe
 from quantgate.int8.lower_int8 import lower_int8
 from quantgate.int8.onnx_ops import runtime_op_counts
 from quantgate.int8.paddle_quantization import read_paddle_quantization
-from quantgate.stages.convert.onnx_export import convert
+from quantgate.int8.weight_range import this_cpus_weight_bits
+from quantgate.stages.convert.onnx_export import OP_CHECK_SAMPLES, convert
 from quantgate.stages.data import open_data
 from quantgate.stages.quantize.ptq import quantize
 
@@ -118,3 +120,21 @@ def test_an_inner_layer_paddleslim_left_float_is_fp32_in_onnxruntime(stage_dirs,
     images = open_data(stage_dirs.data).array("test")[0]
     lowered_logits, fp32 = run(tmp_path / "convert" / "int8.onnx", images), run(tmp_path / "convert" / "fp32.onnx", images)
     assert np.mean(lowered_logits.argmax(axis=1) == fp32.argmax(axis=1)) >= 0.95
+
+
+def test_the_convert_stage_describes_the_integer_graph_and_checks_each_integer_op_on_the_data(stage_dirs, tmp_path):
+    (tmp_path / "convert").mkdir()
+    weight_bits = this_cpus_weight_bits()  # as the flow lowers: 7 bits where onnxruntime's u8 x s8 sums saturate
+    result = convert(stage_dirs.export, stage_dirs.quantize, "model.pdmodel", "model.pdiparams", tmp_path / "convert",
+                     weight_bits, data_dir=stage_dirs.data)
+    int8 = result.metrics["int8"]
+    described = describe(onnx.load(str(tmp_path / "convert" / "int8.onnx"))).summary()
+    assert int8["integer_graph"] == described and described["integer_ops_by_type"]["Conv"] == 3
+    check = int8["op_check"]
+    assert check["samples"] == OP_CHECK_SAMPLES and check["ops"] == described["integer_ops"]
+    assert check["max_code_difference"] <= 1 and check["ops_off_by_more_than_one_code"] == []
+    assert check["by_type"]["Conv"]["kernels"] == {"QLinearConv": 3}  # what onnxruntime ran, checked
+    (tmp_path / "again").mkdir()
+    without = convert(stage_dirs.export, stage_dirs.quantize, "model.pdmodel", "model.pdiparams", tmp_path / "again",
+                      weight_bits)
+    assert "op_check" not in without.metrics["int8"]  # no data: described only
