@@ -8,7 +8,9 @@ A variant is `algo:rounding:quantize_bits:lowered_bits`. From the version's expo
 quantize stage's own code (`quantize_with_data`, strategy single, on the version's calibration split, weights
 rounded to `quantize_bits`: 7 is what the flow does on a CPU without VNNI/AMX) and the convert stage's
 (`convert`, weights lowered to `lowered_bits`). `8:7` is how 7-bit weights were made before: PaddleSlim's 8-bit
-codes halved by the lowering. The first calibration's statistics serve every later variant of the same algo.
+codes halved by the lowering. Rounding `adaptive` fits each layer on what the lowered model feeds it (the flow's
+AdaRound, with --hardswish-grids as given), `adaptive-program` on what PaddleSlim's program feeds it (before).
+The first calibration's statistics serve every later variant of the same algo.
 Each variant is scored against FP32 on the validation and test lines together:
 
   lowered      int8.onnx in onnxruntime, graph optimizations on (what the evaluate stage runs); 8-bit weights on a
@@ -51,6 +53,7 @@ from trained_models import stored_run  # noqa: E402
 import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle loads)
 from quantgate.config import QuantizeConfig  # noqa: E402
 from quantgate.data_config import DataConfig  # noqa: E402
+from quantgate.int8.lower_int8 import Lowering  # noqa: E402
 from quantgate.int8.weight_range import WeightBits, onnxruntime_weight_bits  # noqa: E402
 from quantgate.runtimes.cpu import cpu_record  # noqa: E402
 from quantgate.runtimes.forms import ModelForm  # noqa: E402
@@ -162,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         algo, rounding, quantize_bits, lowered_bits = variant.split(":")
         folder = variant_folder(args.work, variant)
         (folder / "convert").mkdir(parents=True)
+        # 'adaptive' fits each layer through the lowered model, as the flow does; 'adaptive-program' on the inputs
+        # PaddleSlim's program feeds it (before issue 45's second session)
+        through = None if rounding == "adaptive-program" else Lowering(int(lowered_bits), args.hardswish_grids)
+        rounding = rounding.removesuffix("-program")
         config = QuantizeConfig(strategy="single", algo=algo, rounding=rounding, adaround_samples=args.samples,
                                 adaround_iterations=args.iterations, max_calibration_samples=args.calibration)
         started = time.perf_counter()
@@ -171,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
             metrics = json.loads(kept.read_text()) if kept.exists() else {"adaround": None}
         else:
             quantized = quantize_with_data(config, export, MODEL_FILE, PARAMS_FILE, data, folder / "quantize",
-                                           statistics=statistics.get(algo), weight_bits=int(quantize_bits))
+                                           statistics=statistics.get(algo), weight_bits=int(quantize_bits),
+                                           adaround_lowering=through)
             statistics.setdefault(algo, quantized.statistics)
             metrics = quantized.metrics
             (folder / "quantize" / METRICS).write_text(json.dumps(metrics, indent=2, default=str) + "\n")

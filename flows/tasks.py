@@ -231,21 +231,22 @@ def quantize_task(
     reuse: bool = True, policy: GatePolicy | None = None, evaluate_config: EvaluateConfig | None = None,
     num_workers: int = 0, convert_config: ConvertConfig | None = None,
 ) -> StageRef:
-    """PaddleSlim post-training INT8 quantization on the calibration split: one recipe ('single'), or
-    the accuracy-aware search judged by `policy` on the validation split ('search'), its trials lowered as
-    `convert_config` will lower the kept one."""
+    """PaddleSlim post-training INT8 on the calibration split: one recipe ('single'), or the accuracy-aware search
+    judged by `policy` on the validation split ('search'); both lowered (AdaRound, trials) as `convert_config` will."""
     weight_bits = this_cpus_weight_bits().bits  # the grid the weights are rounded to, once, from FP32
 
     def batch_environment() -> dict:  # a lowered batch the scales depend on is part of what decides them
         store = open_store(store_root)
         return calibration_environment(config, lambda: (store.verify_stage(exported), store.verify_stage(data)))
 
+    grids = (convert_config or ConvertConfig()).hardswish_grids  # the lowering AdaRound fits through, if it runs
     if config.strategy == "single":
         return run_stage(
-            store_root, version, "quantize", {**config.model_dump(mode="json"), "int8_weight_bits": weight_bits},
+            store_root, version, "quantize", {**config.model_dump(mode="json"), "int8_weight_bits": weight_bits,
+                                              **({"hardswish_grids": grids} if config.rounding == "adaptive" else {})},
             {"export": exported, "data": data},
             lambda dirs, out: quantize(config, dirs["export"], MODEL_FILE, PARAMS_FILE, dirs["data"], out,
-                                       num_workers=num_workers, weight_bits=weight_bits),
+                                       num_workers=num_workers, weight_bits=weight_bits, hardswish_grids=grids),
             reuse, environment=batch_environment,
         )
     policy, evaluate_config = policy or GatePolicy(), evaluate_config or EvaluateConfig()

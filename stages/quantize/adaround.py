@@ -37,9 +37,11 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
+from quantgate.int8.lower_int8 import Lowering
 from quantgate.int8.static_graph import LoadedProgram
 from quantgate.progress import Progress
 from quantgate.stages.quantize import adaround_steps, unfolded
+from quantgate.stages.quantize.deployed_inputs import FROM_DEPLOYED, FROM_PROGRAM, DeployedInputs
 from quantgate.stages.quantize.quantized_weights import (
     Layer,
     array,
@@ -230,16 +232,19 @@ def _fetch(program: LoadedProgram, images: list[np.ndarray], names: list[str],
 
 
 def adaround(int8: LoadedProgram, fp32: LoadedProgram, images: list[np.ndarray], iterations: int = 500,
-             batch: int = 8, seed: int = 0, weight_bits: int = 8) -> dict:
+             batch: int = 8, seed: int = 0, weight_bits: int = 8, lowering: Lowering | None = None) -> dict:
     """Refit the rounding of every qualifying layer of `int8` (static mode on; its scope is updated in place).
 
     `images`: calibration batches. `weight_bits`: 7 fits the non-depthwise weights on every other point of the
-    8-bit grid, where `quantized_weights.round_weights_to_bits` put them (the codes stay even). Returns the
-    record: per layer the output errors with nearest and adaptive rounding and the codes changed, the layers left
-    as they were and why, and the time taken.
+    8-bit grid, where `quantized_weights.round_weights_to_bits` put them (the codes stay even). `lowering`: each
+    layer's input is taken from `int8` lowered so (`deployed_inputs`: the graph that runs), where the layer is
+    found there; None: from `int8` itself. Returns the record: per layer the output errors with nearest and
+    adaptive rounding, the codes changed and where its input came from, the layers left as they were and why,
+    and the time taken.
     """
     started = time.perf_counter()
     layers, skipped = quantized_layers(int8, fp32)
+    deployed = None if lowering is None else DeployedInputs.lowered(int8, lowering, save)
     rng = np.random.default_rng(seed)
     names = list(dict.fromkeys(layer.fp32_input for layer in layers))
     found = dict(zip(names, _fetch(fp32, images, names)))
@@ -252,28 +257,38 @@ def adaround(int8: LoadedProgram, fp32: LoadedProgram, images: list[np.ndarray],
             skipped[layer.codes] = f"its INT8 weight is not the nearest {8 if factor == 1 else 7}-bit rounding " \
                                    "of the FP32 weight"
             continue
-        # with every layer before it refitted; from the previous layer's input on, where that is upstream of it
-        if carried is not None and carried[0] == layer.int8_input:
+        # with every layer before it refitted: in the lowered model, or in the program from the previous layer's
+        # input on, where that is upstream of it
+        source = FROM_DEPLOYED if deployed is not None and deployed.find(layer, codes) else FROM_PROGRAM
+        if source == FROM_DEPLOYED:
+            inputs, carried = deployed.inputs(layer, images), None
+        elif carried is not None and carried[0] == layer.int8_input:
             inputs = carried[1]
         else:
             (inputs,) = _fetch(int8, images, [layer.int8_input], carried)
-        carried = (layer.int8_input, inputs)
+        if source == FROM_PROGRAM:
+            carried = (layer.int8_input, inputs)
         gain = None
         if layer.batch_norm is not None:
             scale, variance, epsilon = layer.batch_norm
             gain = (array(fp32, scale) ** 2 / (array(fp32, variance) + epsilon)).reshape(1, -1, 1, 1)
         refit = refit_layer(layer, weight, step, inputs, found[layer.fp32_input], gain, iterations, batch, rng,
                             factor)
-        records[layer.codes] = {"op": layer.op_type, "weight_bits": 8 if factor == 1 else 7, **refit.record()}
+        records[layer.codes] = {"op": layer.op_type, "weight_bits": 8 if factor == 1 else 7, "input_from": source,
+                                **refit.record()}
         if refit.error_adaptive < refit.error_nearest:
             new = (refit.codes * factor).astype(codes.dtype)
             int8.scope.find_var(layer.codes).get_tensor().set(new, paddle.CPUPlace())
+            if source == FROM_DEPLOYED:
+                deployed.update(layer, new)
         progress.step(index + 1)
     kept = sum(record["kept"] for record in records.values())
-    log.info("quantize: adaptive rounding kept for %d of %d layers in %.1f s", kept, len(records),
-             time.perf_counter() - started)
+    deployed_layers = sum(record["input_from"] == FROM_DEPLOYED for record in records.values())
+    log.info("quantize: adaptive rounding kept for %d of %d layers in %.1f s (inputs from the %s for %d of them)",
+             kept, len(records), time.perf_counter() - started, FROM_DEPLOYED, deployed_layers)
     return {"layers": records, "skipped": skipped, "seconds": round(time.perf_counter() - started, 1),
-            "iterations": iterations, "batch": batch, "samples": int(sum(len(b) for b in images))}
+            "iterations": iterations, "batch": batch, "samples": int(sum(len(b) for b in images)),
+            "lowering": None if lowering is None else lowering.options(), "inputs_from_lowered_model": deployed_layers}
 
 
 def save(program: LoadedProgram, prefix: str) -> None:

@@ -20,6 +20,7 @@ from paddle.static.quantization import PostTrainingQuantization
 
 from quantgate.config import QuantizeConfig
 from quantgate.errors import BadInput, StageError
+from quantgate.int8.lower_int8 import Lowering
 from quantgate.int8.static_graph import load_program, op_counts, release_scope, static_mode
 from quantgate.memory import BATCHES_KEY
 from quantgate.progress import Progress
@@ -87,7 +88,7 @@ def calibration_rows(samples: int, wanted: int) -> np.ndarray:
 
 def quantize(
     config: QuantizeConfig, model_dir: Path, model_file: str, params_file: str, data_dir: Path, out_dir: Path,
-    num_workers: int = 0, weight_bits: int = 8,
+    num_workers: int = 0, weight_bits: int = 8, hardswish_grids: bool = False,
 ) -> QuantizeResult:
     """Run PaddleSlim `quant_post_static` on the exported FP32 model, calibrated on the data stage's calibration split.
 
@@ -96,6 +97,7 @@ def quantize(
     (`memory_fit`); the manifest records it and why.
     `weight_bits`: 7 puts the conv/matmul weights (not the depthwise ones) on a 7-bit grid rounded from FP32, for a
     CPU whose onnxruntime INT8 kernels saturate with 8-bit weights (`quantized_weights`); 8 keeps PaddleSlim's.
+    `hardswish_grids`: convert.hardswish_grids, the lowering AdaRound fits each layer through (`deployed_inputs`).
 
     Raises:
         QuantizationError: the calibration split is too small for the requested batches.
@@ -105,7 +107,8 @@ def quantize(
     data = open_data(data_dir)
     choice = calibration_choice(config, model_dir, data)
     result = quantize_with_data(fitted(config, choice), model_dir, model_file, params_file, data, out_dir,
-                                num_workers=num_workers, weight_bits=weight_bits)
+                                num_workers=num_workers, weight_bits=weight_bits,
+                                adaround_lowering=Lowering(weight_bits, hardswish_grids))
     result.metrics[BATCHES_KEY] = {CALIBRATION_LOOP: choice_record(config, choice)}
     return result
 
@@ -113,6 +116,7 @@ def quantize(
 def quantize_with_data(
     config: QuantizeConfig, model_dir: Path, model_file: str, params_file: str, data: StoredData, out_dir: Path,
     num_workers: int = 0, allow_float: bool = False, statistics: Statistics | None = None, weight_bits: int = 8,
+    adaround_lowering: Lowering | None = None,
 ) -> QuantizeResult:
     """Run PaddleSlim's post-training quantization (ONNX-style quantize_linear ops) calibrated on `data`'s
     calibration split, as `quant_post_static` runs it.
@@ -122,7 +126,8 @@ def quantize_with_data(
     `allow_float`: accept a model with nothing quantized (the search skips every layer on purpose).
     `statistics`: what a calibration of the same model, rows and batch size measured ('hist', 'KL',
     'abs_max', 'avg'); the passes it holds are not run again.
-    `weight_bits`: as in `quantize`.
+    `weight_bits`: as in `quantize`. `adaround_lowering`: with `rounding: adaptive`, each layer is fitted on the
+    input the model lowered so feeds it (the graph that runs); None: on the input PaddleSlim's program feeds it.
 
     Raises:
         QuantizationError: the split is too small for the requested batches, or nothing was quantized.
@@ -187,7 +192,7 @@ def quantize_with_data(
             finally:  # a batch of every sampled activation stays in the scope until cleared
                 release_scope(scope)
         weights, rounding = _refined_weights(config, weight_bits, Path(model_dir) / Path(model_file).stem,
-                                             Path(out_dir), data, rows, num_workers)
+                                             Path(out_dir), data, rows, num_workers, adaround_lowering)
         int8 = load_program(Path(out_dir) / Path(MODEL_FILE).stem)
     counts = op_counts(int8.program)
     if not counts.get("quantize_linear") and not allow_float:
@@ -232,7 +237,7 @@ def quantize_with_data(
 
 
 def _refined_weights(config: QuantizeConfig, weight_bits: int, fp32_prefix: Path, out_dir: Path, data: StoredData,
-                     rows: np.ndarray, num_workers: int) -> tuple[dict, dict | None]:
+                     rows: np.ndarray, num_workers: int, lowering: Lowering | None) -> tuple[dict, dict | None]:
     """The saved INT8 program's weights put on the `weight_bits` grid from the FP32 program PaddleSlim calibrated,
     then AdaRound if `config.rounding` asks for it (on evenly spread calibration rows), saved in place. Returns
     both records (AdaRound's: None without it)."""
@@ -247,6 +252,7 @@ def _refined_weights(config: QuantizeConfig, weight_bits: int, fp32_prefix: Path
         chunks = [picked[start: start + config.batch_size] for start in range(0, len(picked), config.batch_size)]
         with closing(data.fetch("calibration", chunks, num_workers)) as stream:
             images = [images for images, _ in stream]
-        rounding = adaround(int8, fp32, images, iterations=config.adaround_iterations, weight_bits=weight_bits)
+        rounding = adaround(int8, fp32, images, iterations=config.adaround_iterations, weight_bits=weight_bits,
+                            lowering=lowering)
     save(int8, str(prefix))
     return weights, rounding

@@ -203,7 +203,9 @@ class TrialRunner:
         `allow_float`: a model with nothing quantized is an answer, not an error (every layer skipped).
         """
         digest = content_digest(self.inputs_digest, {name: getattr(settings, name) for name in CALIBRATION_FIELDS},
-                                {"weight_bits": self.lowering.weight_bits})
+                                {"weight_bits": self.lowering.weight_bits, **(  # AdaRound fits through the lowering
+                                    {"hardswish_grids": self.lowering.hardswish_grids}
+                                    if settings.rounding == "adaptive" else {})})
         if digest in self._calibrated:
             return self._calibrated[digest], digest, True
         if self.cache is not None and (entry := self.cache.get(digest)) is not None:
@@ -229,7 +231,7 @@ class TrialRunner:
         statistics = self._stored_statistics(key, settings.algo)
         result = quantize_with_data(settings, self.model_dir, MODEL_FILE, PARAMS_FILE, self.data, folder,
                                     num_workers=self.num_workers, allow_float=allow_float, statistics=statistics,
-                                    weight_bits=self.lowering.weight_bits)
+                                    weight_bits=self.lowering.weight_bits, adaround_lowering=self.lowering)
         (folder / CALIBRATION_METRICS).write_text(json.dumps(result.metrics, sort_keys=True, indent=2) + "\n")
         if result.statistics is not None:
             self._keep_statistics(key, result.statistics)

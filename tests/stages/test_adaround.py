@@ -5,16 +5,21 @@ every scale stays PaddleSlim's, and the INT8 model comes closer to FP32."""
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import paddle
 import pytest
 from paddle import nn
 
 from quantgate.config import QuantizeConfig, QuantizeRecipe
+from quantgate.int8.lower_int8 import Lowering
 from quantgate.int8.static_graph import load_program, static_mode
+from quantgate.int8.weight_range import this_cpus_weight_bits
 from quantgate.samples.reading import open_data
+from quantgate.stages.convert.onnx_export import convert
 from quantgate.stages.quantize import quantize
-from quantgate.stages.quantize.adaround import _fetch
-from quantgate.stages.quantize.quantized_weights import quantized_layers
+from quantgate.stages.quantize.adaround import _fetch, save
+from quantgate.stages.quantize.deployed_inputs import FROM_DEPLOYED, DeployedInputs
+from quantgate.stages.quantize.quantized_weights import quantized_layers, weight_arrays
 from tests.stages.test_equalization import GAMMA
 from tests.stages.test_quantize_streaming import image_folder_and_cnn
 
@@ -50,10 +55,10 @@ def block(tmp_path_factory):
     return root
 
 
-def quantized(root: Path, config: QuantizeConfig, name: str):
+def quantized(root: Path, config: QuantizeConfig, name: str, **options):
     out = root / name
     out.mkdir()
-    return quantize(config, root / "block", "model.pdmodel", "model.pdiparams", root / "data", out), out
+    return quantize(config, root / "block", "model.pdmodel", "model.pdiparams", root / "data", out, **options), out
 
 
 def parameters(folder: Path) -> dict[str, np.ndarray]:
@@ -127,3 +132,49 @@ def test_the_same_settings_give_the_same_codes(block):
     once, twice = parameters(first), parameters(second)
     assert once.keys() == twice.keys()
     assert all(np.array_equal(once[name], twice[name]) for name in once)
+
+
+def lowered_error(root: Path, int8: Path, split: str, hardswish_grids: bool) -> float:
+    """Mean squared output error against FP32 of `int8` lowered as the convert stage lowers it, in onnxruntime."""
+    out = int8.parent / f"{int8.name}-convert-{hardswish_grids}"
+    out.mkdir(exist_ok=True)
+    convert(root / "block", int8, "model.pdmodel", "model.pdiparams", out, this_cpus_weight_bits(), hardswish_grids)
+    images, _ = open_data(root / "data").array(split)
+    outputs = {}
+    for name in ("fp32.onnx", "int8.onnx"):
+        session = ort.InferenceSession(str(out / name), providers=["CPUExecutionProvider"])
+        outputs[name] = session.run(None, {session.get_inputs()[0].name: images})[0]
+    return float(np.mean((outputs["int8.onnx"] - outputs["fp32.onnx"]) ** 2))
+
+
+@pytest.mark.parametrize("grids", [False, True])
+def test_each_layer_is_fitted_on_what_the_lowered_model_feeds_it_and_the_model_that_runs_comes_closer(block, grids):
+    weight_bits = this_cpus_weight_bits().bits
+    nearest, nearest_dir = quantized(block, NEAREST, f"lowered-nearest-{grids}", weight_bits=weight_bits,
+                                     hardswish_grids=grids)
+    adaptive, adaptive_dir = quantized(block, ADAPTIVE, f"lowered-adaptive-{grids}", weight_bits=weight_bits,
+                                       hardswish_grids=grids)
+    record = adaptive.metrics["adaround"]
+    # every layer found in the lowered model by its codes, and fitted on what that model feeds it
+    assert record["inputs_from_lowered_model"] == len(record["layers"]) == 4
+    assert record["lowering"] == {"weight_bits": weight_bits, "hardswish_grids": grids}
+    assert {layer["input_from"] for layer in record["layers"].values()} == {FROM_DEPLOYED}
+    # the whole lowered model, in onnxruntime, on the test split no layer was fitted on
+    assert lowered_error(block, adaptive_dir, "test", grids) < lowered_error(block, nearest_dir, "test", grids)
+
+
+def test_the_lowered_models_input_to_a_layer_is_the_programs_within_a_grid_step(block):
+    """Where the lowering adds no rounding in front of a layer, its input in the lowered model is the program's."""
+    _, folder = quantized(block, NEAREST, "deployed-inputs")
+    images, _ = open_data(block / "data").array("calibration")
+    batches = [images[start:start + 8] for start in range(0, 24, 8)]
+    with static_mode():
+        int8, fp32 = load_program(folder / "model"), load_program(block / "block" / "model")
+        layers, _ = quantized_layers(int8, fp32)
+        deployed = DeployedInputs.lowered(int8, Lowering(), save)
+        stem = layers[0]  # reads the image, quantized on PaddleSlim's grid in both
+        assert deployed.find(stem, weight_arrays(int8, fp32, stem)[0])
+        (program_input,) = _fetch(int8, batches, [stem.int8_input])
+        lowered_input = deployed.inputs(stem, batches)
+    step = np.abs(program_input).max() / 127
+    assert lowered_input.shape == program_input.shape and np.abs(lowered_input - program_input).max() <= step * 1.01
