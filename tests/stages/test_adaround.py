@@ -2,6 +2,7 @@
 the quantize stage (PaddleSlim) and Paddle's executor: only the integer codes move, each by one step at most,
 every scale stays PaddleSlim's, and the INT8 model comes closer to FP32."""
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -107,15 +108,20 @@ def test_a_recipe_can_ask_for_adaptive_rounding():
     assert NEAREST.with_recipe(QuantizeRecipe()).rounding == "nearest"
 
 
+@contextmanager
+def nearest_programs(block: Path, name: str):
+    """(INT8 program, FP32 program, its quantized layers, 3 calibration batches of 8), in static mode."""
+    _, folder = quantized(block, NEAREST, name)
+    images, _ = open_data(block / "data").array("calibration")
+    with static_mode():
+        int8, fp32 = load_program(folder / "model"), load_program(block / "block" / "model")
+        yield int8, fp32, quantized_layers(int8, fp32)[0], [images[start:start + 8] for start in range(0, 24, 8)]
+
+
 def test_a_layers_input_carried_from_the_layer_before_is_the_programs_own(block):
     """AdaRound feeds each layer's INT8 input on from the previous layer's (only the ops between them run): it
     must be what the whole program computes, skip paths included."""
-    _, folder = quantized(block, NEAREST, "carried")
-    images, _ = open_data(block / "data").array("calibration")
-    batches = [images[start:start + 8] for start in range(0, 24, 8)]
-    with static_mode():
-        int8, fp32 = load_program(folder / "model"), load_program(block / "block" / "model")
-        layers, _ = quantized_layers(int8, fp32)
+    with nearest_programs(block, "carried") as (int8, _, layers, batches):
         carried = None
         for layer in layers:
             (whole,) = _fetch(int8, batches, [layer.int8_input])
@@ -165,12 +171,7 @@ def test_each_layer_is_fitted_on_what_the_lowered_model_feeds_it_and_the_model_t
 
 def test_the_lowered_models_input_to_a_layer_is_the_programs_within_a_grid_step(block):
     """Where the lowering adds no rounding in front of a layer, its input in the lowered model is the program's."""
-    _, folder = quantized(block, NEAREST, "deployed-inputs")
-    images, _ = open_data(block / "data").array("calibration")
-    batches = [images[start:start + 8] for start in range(0, 24, 8)]
-    with static_mode():
-        int8, fp32 = load_program(folder / "model"), load_program(block / "block" / "model")
-        layers, _ = quantized_layers(int8, fp32)
+    with nearest_programs(block, "deployed-inputs") as (int8, fp32, layers, batches):
         deployed = DeployedInputs.lowered(int8, Lowering(), save)
         stem = layers[0]  # reads the image, quantized on PaddleSlim's grid in both
         assert deployed.find(stem, weight_arrays(int8, fp32, stem)[0])
