@@ -69,7 +69,7 @@ from quantgate.stages.quantize.trials import (
     Cache,
     Trial,
     TrialRunner,
-    closest_to_fp32,
+    closest,
     kept_trial,
 )
 from quantgate.stages.quantize.validation_check import samples_to_show
@@ -139,7 +139,7 @@ def written_model(kept: Trial, final: Trial) -> FinalCalibration:
     if kept.passed:
         return FinalCalibration(final, kept, f"{full} MISSES the policy where {subset} passed "
                                              f"({'; '.join(final.failures)}); {subset} is written instead")
-    closer = min((final, kept), key=closest_to_fp32)
+    closer = closest([final, kept])
     return FinalCalibration(final, closer, f"neither {full} nor {subset} passes; "
                                            f"{full if closer is final else subset} is closer to FP32 and written")
 
@@ -159,7 +159,7 @@ def _run(runner: TrialRunner) -> SearchOutcome:
                              "quantize.search.max_float_layers is 0")
     if (why := runner.exhausted()) is not None:
         return SearchOutcome(why)
-    base = min(runner.trials, key=closest_to_fp32)
+    base = closest(runner.trials)
     fallbacks = FallbackRanking(runner, base, runner.config.with_recipe(QuantizeRecipe(**base.recipe)))
     estimator = fallbacks.estimator()
     ranking, cached = fallbacks.sensitivity(estimator)
@@ -194,10 +194,10 @@ def _try_recipes(runner: TrialRunner) -> str | None:
 
 def _recover(runner: TrialRunner) -> str | None:
     """Phase 2: the closest recipe again with AdaRound; why the search stops here, or None to go on."""
-    closest = min(runner.trials, key=closest_to_fp32)
-    if not runner.config.search.recovery or closest.recipe["rounding"] == "adaptive":
+    nearest = closest(runner.trials)
+    if not runner.config.search.recovery or nearest.recipe["rounding"] == "adaptive":
         return None  # switched off, or the recipes were fitted already (quantize.rounding 'adaptive')
-    recipe = QuantizeRecipe(**{**closest.recipe, "rounding": "adaptive"})
+    recipe = QuantizeRecipe(**{**nearest.recipe, "rounding": "adaptive"})
     try:
         trial = runner.run_trial("recovery", runner.config.with_recipe(recipe), ())
     except (StageError, RuntimeError, TypeError, ValueError, AssertionError) as exc:

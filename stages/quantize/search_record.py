@@ -8,7 +8,7 @@ from pathlib import Path
 
 from quantgate.config import GatePolicy, QuantizeConfig
 from quantgate.stages.quantize.outputs import SEARCH_FILE
-from quantgate.stages.quantize.trials import Trial, TrialRunner, closest_to_fp32
+from quantgate.stages.quantize.trials import Trial, TrialRunner, closest
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def step_record(trials: list[Trial]) -> list[dict]:
     steps, before = [], None
     for phase in dict.fromkeys(trial.phase for trial in trials):
         ran = [trial for trial in trials if trial.phase == phase]
-        best = min(ran, key=closest_to_fp32)
+        best = closest(ran)
         step = {"phase": phase, "trials": len(ran), "seconds": sum(trial.seconds for trial in ran),
                 "passed": any(trial.passed for trial in ran), "closest_trial": best.index,
                 "accuracy_drop_pts": best.validation["accuracy_drop_pts"], "agreement": best.validation["agreement"],
@@ -72,7 +72,7 @@ def step_record(trials: list[Trial]) -> list[dict]:
             step["gain_pts"] = before.validation["accuracy_drop_pts"] - best.validation["accuracy_drop_pts"]
             step["gain_agreement"] = best.validation["agreement"] - before.validation["agreement"]
         steps.append(step)
-        before = best if before is None else min((before, best), key=closest_to_fp32)
+        before = best if before is None else closest([before, best])
     return steps
 
 

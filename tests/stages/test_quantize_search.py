@@ -25,7 +25,7 @@ from quantgate.stages.data import open_data
 from quantgate.stages.export.inference_model import export
 from quantgate.stages.quantize.outputs import SEARCH_FILE
 from quantgate.stages.quantize.search import search_quantization
-from quantgate.stages.quantize.trials import closest_to_fp32
+from quantgate.stages.quantize.trials import closest
 
 OUTLIER = 1000.0
 CHANNEL = 5
@@ -93,7 +93,8 @@ def test_plain_ptq_misses_and_the_search_falls_back_the_broken_layer(searched, b
     # Recovery comes next: the closer recipe again with AdaRound, every layer in INT8. No rounding of the
     # same grids fixes a weight scale set by the outlier, so it misses too, and the search goes on.
     recovery = trials[2]
-    closer = min(trials[:2], key=lambda trial: closest_to_fp32(SimpleNamespace(validation=trial["validation"])))
+    recipes = [SimpleNamespace(validation=trial["validation"], recipe=trial["recipe"]) for trial in trials[:2]]
+    closer = vars(closest(recipes))
     assert recovery["phase"] == "recovery" and recovery["float_layers"] == [] and not recovery["passed"]
     assert recovery["recipe"] == {**closer["recipe"], "rounding": "adaptive"}
     assert [step["phase"] for step in record["steps"]][:3] == ["recipe", "recovery", "fall-back"]

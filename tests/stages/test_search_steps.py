@@ -13,7 +13,7 @@ import pytest
 from quantgate.config import GatePolicy, QuantizeConfig
 from quantgate.stages.quantize.search import _run
 from quantgate.stages.quantize.search_record import next_step, step_record
-from quantgate.stages.quantize.trials import Trial
+from quantgate.stages.quantize.trials import Trial, closest
 from quantgate.stages.quantize.validation_check import samples_to_show
 
 RECIPES = [{}, {"algo": "mse"}]
@@ -127,3 +127,19 @@ def test_a_validation_split_too_small_to_show_the_policy_is_named(samples, short
     shown = samples_to_show(policy, samples)
     # the rule of three: 0 disagreements in 300 samples bound the rate below 1 % at 95 %; one sample in 200 is 0.5 pt
     assert shown["needed"] == {"min_agreement": 300, "max_accuracy_drop": 200} and shown["short"] == short
+
+
+def scored(drop: float, logit_error: float, samples: int = 200) -> Trial:
+    runner = ScriptedRunner(max_drop=0.0)
+    trial = runner.run_trial("recipe", runner.config, ())
+    trial.validation = {"accuracy_drop_pts": drop, "agreement": 1 - drop / 100, "logit_error": logit_error,
+                        "validation_samples": samples}
+    return trial
+
+
+def test_drops_a_few_samples_apart_do_not_decide_the_closest_trial_the_outputs_do():
+    one_line_fewer, closer_outputs, far = scored(1.5, 0.0425), scored(2.0, 0.0375), scored(3.5, 0.0100)
+    # 200 samples: 1 line is 0.5 pt, within the 3 samples (1.5 pts) that tell nothing; 4 lines do
+    assert closest([one_line_fewer, closer_outputs, far]) is closer_outputs
+    # on 2,000 samples the same drops are 10 lines apart: the drop decides
+    assert closest([scored(1.5, 0.0425, 2000), scored(2.0, 0.0375, 2000)]).validation["logit_error"] == 0.0425

@@ -9,8 +9,8 @@ import pytest
 from quantgate.artifacts.cache import ContentCache
 from quantgate.config import EvaluateConfig, GatePolicy, QuantizeConfig
 from quantgate.stages.data import open_data
-from quantgate.stages.quantize.outputs import SEARCH_FILE
 from quantgate.stages.quantize.memory_fit import CALIBRATION_CEILING
+from quantgate.stages.quantize.outputs import SEARCH_FILE
 from quantgate.stages.quantize.ptq import calibration_batches
 from quantgate.stages.quantize.search import search_quantization
 from quantgate.stages.quantize.trials import TrialRunner

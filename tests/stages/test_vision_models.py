@@ -12,11 +12,11 @@ from paddle import nn
 
 from quantgate.config import validate_config
 from quantgate.models.models import build_model
-from quantgate.stages.gate import decision as gate
 from quantgate.stages.convert import onnx_export as convert
 from quantgate.stages.data import splits as data
 from quantgate.stages.evaluate import accuracy as evaluate
 from quantgate.stages.export import inference_model as export
+from quantgate.stages.gate import decision as gate
 from quantgate.stages.quantize import ptq as quantize
 from quantgate.stages.train import loop as train
 from quantgate.stages.train.errors import ModelError
