@@ -2,11 +2,12 @@
 timed part by part.
 
     python benchmarks/recovery_time.py --version STORE/MODEL/versions/vN --work /tmp/rt [--samples 64]
-        [--iterations 500] [--algo mse]
+        [--iterations 500] [--algo mse] [--hardswish-grids] [--fit-on-program]
 
 Runs the quantize stage's own `quantize_with_data` (strategy single) on the version's export and calibration split,
-with AdaRound's three parts wrapped in timers: fetching each layer's INT8 input (a pruned program run over the
-samples, once per layer), the Adam iterations, and the two full-error evaluations per layer. Prints one line per
+with AdaRound's parts wrapped in timers: lowering the INT8 program once and computing each layer's input in that
+lowered model (as the flow fits; `--fit-on-program`: each layer's input from PaddleSlim's program, a pruned run
+carried on from the previous layer's), the FP32 inputs, and the fitting of each layer. Prints one line per
 layer (op, weight shape, input shape, seconds in each part) and the totals, with the CPU's flags; writes the same as
 JSON to WORK/recovery_time.json.
 """
@@ -25,6 +26,7 @@ sys.path[:0] = [str(REPO / "benchmarks")]
 
 import quantgate  # noqa: E402,F401  (sets FLAGS_enable_pir_api before paddle loads)
 from quantgate.config import QuantizeConfig  # noqa: E402
+from quantgate.int8.lower_int8 import Lowering  # noqa: E402
 from quantgate.stages.data import open_data  # noqa: E402
 from quantgate.stages.quantize import adaround  # noqa: E402
 from quantgate.stages.quantize.ptq import quantize_with_data  # noqa: E402
@@ -47,6 +49,8 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=500)
     parser.add_argument("--algo", default="mse")
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--hardswish-grids", action="store_true", help="the lowering fitted through: convert.hardswish_grids")
+    parser.add_argument("--fit-on-program", action="store_true", help="each layer's input from PaddleSlim's program")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     spent: dict[str, float] = defaultdict(float)
@@ -56,7 +60,7 @@ def main() -> None:
     def fetch(program, images, names, carried=None):
         started = time.perf_counter()
         found = original_fetch(program, images, names, carried)
-        spent["fetch_fp32" if not spent else "fetch_int8"] += time.perf_counter() - started  # FP32: the first
+        spent["fetch_int8" if "fetch_fp32" in spent else "fetch_fp32"] += time.perf_counter() - started  # FP32 first
         return found
 
     def refit_layer(layer, weight, step, inputs, fp32_inputs, gain, iterations, batch, rng, factor=1):
@@ -70,17 +74,32 @@ def main() -> None:
               f"{seconds:6.2f} s", flush=True)
         return refit
 
+    def timed(part, method):
+        def run(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                spent[part] += time.perf_counter() - started
+        return run
+
     adaround._fetch, adaround.refit_layer = fetch, refit_layer
+    Deployed = adaround.DeployedInputs
+    Deployed.lowered = classmethod(timed("lowering", Deployed.lowered.__func__))
+    Deployed.inputs = timed("inputs_lowered_model", Deployed.inputs)
     config = QuantizeConfig(strategy="single", algo=args.algo, rounding="adaptive", batch_size=args.batch_size,
                             adaround_samples=args.samples, adaround_iterations=args.iterations)
     out = args.work / "quantize"
     out.mkdir(exist_ok=True)
     started = time.perf_counter()
     result = quantize_with_data(config, args.version / "export", "model.pdmodel", "model.pdiparams",
-                                open_data(args.version / "data"), out)
+                                open_data(args.version / "data"), out,
+                                adaround_lowering=None if args.fit_on_program else Lowering(8, args.hardswish_grids))
     total = time.perf_counter() - started
     record = result.metrics["adaround"]
     summary = {"cpu": cpu_flags(), "samples": args.samples, "iterations": args.iterations,
+               "inputs_from": "program" if args.fit_on_program else "lowered model",
+               "hardswish_grids": args.hardswish_grids,
                "stage_s": round(total, 1), "adaround_s": record["seconds"],
                **{f"{part}_s": round(seconds, 1) for part, seconds in spent.items()},
                "layers": len(layers), "kept": sum(layer["kept"] for layer in layers), "per_layer": layers}
