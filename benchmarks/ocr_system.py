@@ -62,7 +62,8 @@ def configs(models, pages: Path, lines: Path, rec_width: int, validation_share: 
         "detector": {"task": "text_detection", "model_name": "ppocrv4-det", "trained_model": {"path": str(models.det)},
                      "data": {"dataset": "text_boxes", "path": str(pages), "label_file": str(pages / "calibration.txt"),
                               "test_label_file": str(pages / "test.txt"), "transforms": PAGE_TRANSFORMS},
-                     "evaluate": {**evaluate, "batch_size": 4}, "gate": MODEL_GATE},
+                     # a page at a time, as the system reads them (16 pages of 960x960 need ~13 GB in onnxruntime)
+                     "evaluate": {**evaluate, "batch_size": 4, "latency_batch_size": 1}, "gate": MODEL_GATE},
         "recognizer": {"task": "text_recognition", "model_name": "ppocrv4-rec",
                        "trained_model": {"path": str(models.rec)},
                        "data": {"dataset": "text_lines", "path": str(lines),
