@@ -16,7 +16,6 @@ lowering left float, codes it changed) is fitted on the program's input instead,
 
 from __future__ import annotations
 
-import logging
 import tempfile
 from pathlib import Path
 
@@ -25,12 +24,11 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
-from quantgate.int8.lower_int8 import Lowering, lower_int8
-from quantgate.int8.onnx_conversion import to_onnx
+from quantgate.int8.lower_int8 import Lowering
 from quantgate.int8.static_graph import LoadedProgram
+from quantgate.stages.export.outputs import MODEL_FILE
+from quantgate.stages.quantize.layer_sensitivity import lowered_model
 from quantgate.stages.quantize.quantized_weights import Layer
-
-log = logging.getLogger(__name__)
 
 FROM_DEPLOYED, FROM_PROGRAM = "lowered model", "PaddleSlim program"
 
@@ -63,11 +61,8 @@ class DeployedInputs:
         """`program` (static mode, its scope as it stands) saved with `save(program, prefix)`, converted by
         paddle2onnx and lowered by `lowering`, as the convert stage does."""
         with tempfile.TemporaryDirectory(prefix="quantgate-deployed-") as scratch:
-            prefix = Path(scratch) / "int8"
-            save(program, str(prefix))
-            to_onnx(prefix.with_suffix(".pdmodel"), prefix.with_suffix(".pdiparams"), Path(scratch) / "raw.onnx")
-            lower_int8(Path(scratch) / "raw.onnx", Path(scratch) / "int8.onnx", paddle_model_prefix=prefix,
-                       **lowering.options())
+            save(program, str(Path(scratch) / Path(MODEL_FILE).stem))
+            lowered_model(Path(scratch), Path(scratch) / "int8.onnx", lowering)
             return cls(onnx.load(str(Path(scratch) / "int8.onnx")))
 
     def find(self, layer: Layer, codes: np.ndarray) -> bool:
