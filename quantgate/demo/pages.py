@@ -23,6 +23,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from quantgate.demo.text import Cell, DemoError, Row, Table, bank_slip, cheque, cjk_font, invoice
+from quantgate.pictures.fonts import pil_face
 
 PAGES_FOLDER = "pages"
 CALIBRATION_FILE = "calibration.txt"
@@ -77,7 +78,7 @@ class _Page:
 
     def face(self, size: int) -> ImageFont.FreeTypeFont:
         if size not in self.faces:
-            self.faces[size] = ImageFont.truetype(str(self.font), size)
+            self.faces[size] = pil_face(self.font, size)
         return self.faces[size]
 
     def ink(self, text: str, size: int) -> tuple[int, int, int, int]:

@@ -11,13 +11,13 @@ before digits, no full-width brackets, no spaces between digit groups.
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from quantgate.errors import BadInput
+from quantgate.pictures.fonts import PACKAGED_FONT_INSTALL, packaged_cjk_font
 
 SURNAMES = "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐"
 GIVEN = ("伟", "芳", "娜", "敏", "静", "丽", "强", "磊", "军", "洋", "勇", "艳", "杰", "娟", "涛", "明", "超", "秀英",
@@ -143,23 +143,18 @@ def money(amount: int) -> str:
 
 
 def cjk_font() -> Path:
-    """A CJK font file of the system (WenQuanYi Zen Hei preferred, as Debian's fonts-wqy-zenhei installs it).
+    """The font Chinese text is rendered with: Noto Sans CJK (its Simplified Chinese face), installed with quantgate
+    from a pinned wheel, so rendered lines and pages are the same on every machine whatever fonts it has.
 
     Raises:
-        NoCjkFont: no font with Chinese glyphs is installed.
+        NoCjkFont: the packaged font is missing (an install without quantgate's dependencies).
     """
-    candidates = []
-    try:
-        listed = subprocess.run(["fc-list", ":lang=zh", "file"], capture_output=True, text=True, check=False).stdout
-        candidates = [line.split(":")[0].strip() for line in listed.splitlines() if line.strip()]
-    except FileNotFoundError:  # no fontconfig: ask matplotlib's font list instead
-        from matplotlib import font_manager
-        candidates = [f for f in font_manager.findSystemFonts() if any(k in f.lower() for k in ("wqy", "cjk"))]
-    candidates.sort(key=lambda f: ("wqy-zenhei" not in f, "wqy" not in f, f))
-    if not candidates:
-        raise NoCjkFont("no font with Chinese characters is installed to render text: "
-                        "apt-get install fonts-wqy-zenhei (or pass a .ttf/.ttc file with --font)")
-    return Path(candidates[0])
+    packaged = packaged_cjk_font()
+    if packaged is None:
+        raise NoCjkFont(f"quantgate's CJK font is not installed, so Chinese text cannot be rendered: "
+                        f"{PACKAGED_FONT_INSTALL} (the README's install command includes it), or pass a .ttf/.ttc "
+                        f"file with --font")
+    return packaged
 
 
 # ---- forms: what a cheque, an invoice and a bank slip say, row by row (pages.py draws them) ----------------------

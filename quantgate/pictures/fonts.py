@@ -1,14 +1,20 @@
 """Which font draws the strings a report's pictures show: class names and text lines may be Chinese.
 
 matplotlib's default font (DejaVu Sans) has no CJK glyphs: it draws an empty box for each and warns once
-per glyph. So the report looks for an installed font whose character map covers every character it is
-about to draw, known CJK families first; when none does, the pictures draw no strings at all but refer
-to the rows of the markdown tables, which every viewer renders in a font of its own. The report says
-which of the two happened.
+per glyph. So the report looks for a font whose character map covers every character it is about to draw:
+the CJK font quantgate installs with itself first (Noto Sans CJK, from the pinned `noto-cjk-sans-otc` wheel:
+a fresh machine has no CJK font, and the README's install command is all its set-up), then the machine's
+known CJK families, then any other. When none does (a character no font has), the pictures draw no strings
+but refer to the rows of the markdown tables, which every viewer renders in a font of its own. The report
+says which of the two happened.
+
+The same packaged font renders the demo data's Chinese text (quantgate.demo), so rendered lines are the same
+on every machine, whatever fonts it has installed.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
@@ -20,6 +26,13 @@ from pathlib import Path
 from matplotlib import font_manager
 from matplotlib.font_manager import FontProperties
 from matplotlib.ft2font import FT2Font
+from PIL import ImageFont
+
+# The CJK font installed with quantgate (pyproject.toml pins the wheel): a collection whose faces are the same
+# design for Japanese, Korean, Simplified and Traditional Chinese; Chinese text is drawn with the SC face.
+PACKAGED_FONT_MODULE, PACKAGED_FONT_FILE = "noto_cjk_sans_otc", "NotoSansCJK-Regular.ttc"
+PACKAGED_FONT_INSTALL = "pip install noto-cjk-sans-otc==0.0.1"
+SIMPLIFIED_CHINESE_FACES = (" SC", " GB", "Zen Hei", "Micro Hei")  # a collection's face for Simplified Chinese
 
 # Families known to cover Chinese (and Japanese / Korean), tried before any other installed font.
 CJK_FAMILIES = ("Noto Sans CJK", "Noto Serif CJK", "Source Han Sans", "Source Han Serif", "WenQuanYi",
@@ -29,7 +42,8 @@ CJK_FILE_HINTS = ("cjk", "wqy", "han", "droidsansfallback", "uming", "ukai", "ya
 # (matplotlib ships "Last Resort High-Efficiency" for its own fallback): never a font to draw strings with.
 PLACEHOLDER_FAMILIES = ("Last Resort",)
 GLYPH_MISSING = re.compile(r"Glyph \d+ .* missing from font")
-INSTALL_HINT = "install a CJK font (e.g. `apt-get install fonts-noto-cjk`) and run the report again to draw them"
+INSTALL_HINT = ("quantgate's own CJK font (`noto-cjk-sans-otc`, installed with it) lacks some of them: install a font "
+                "that has them and run the report again to draw them")
 
 
 @dataclass(frozen=True)
@@ -88,15 +102,46 @@ def _family(path: str) -> str:
         return path
 
 
+def packaged_cjk_font() -> Path | None:
+    """The CJK font file installed with quantgate, or None when its wheel is missing (a broken install)."""
+    try:
+        module = importlib.import_module(PACKAGED_FONT_MODULE)
+    except ImportError:
+        return None
+    path = Path(module.__file__).parent / PACKAGED_FONT_FILE
+    return path if path.is_file() else None
+
+
+@lru_cache(maxsize=64)
+def _face_index(path: str) -> int:
+    """The face of a font collection (.ttc) that draws Simplified Chinese; 0 for a single font or none found."""
+    if not path.lower().endswith((".ttc", ".otc")):
+        return 0
+    for index in range(32):
+        try:
+            family = ImageFont.truetype(path, 12, index=index).getname()[0]
+        except OSError:  # past the collection's last face
+            break
+        if any(marker in family for marker in SIMPLIFIED_CHINESE_FACES):
+            return index
+    return 0
+
+
+def pil_face(path: str | Path, size: int) -> ImageFont.FreeTypeFont:
+    """`path` at `size` pixels for PIL's drawing, the Simplified Chinese face where the file is a collection."""
+    return ImageFont.truetype(str(path), size, index=_face_index(str(path)))
+
+
 def installed_fonts() -> list[str]:
-    """The font files matplotlib knows and those installed since its font cache was built (it never rescans),
-    known CJK families first, each once."""
+    """The packaged CJK font, then the font files matplotlib knows and those installed since its font cache was
+    built (it never rescans), known CJK families first, each once."""
+    packaged = packaged_cjk_font()
     entries = sorted({(entry.name, entry.fname) for entry in font_manager.fontManager.ttflist})
     known = {path for _, path in entries}
     later = sorted(path for path in font_manager.findSystemFonts() if path not in known)
     cjk = [path for name, path in entries if any(name.startswith(family) for family in CJK_FAMILIES)]
     cjk += [path for path in later if any(part in Path(path).name.lower() for part in CJK_FILE_HINTS)]
-    return list(dict.fromkeys(cjk + [path for _, path in entries] + later))
+    return list(dict.fromkeys(([str(packaged)] if packaged else []) + cjk + [path for _, path in entries] + later))
 
 
 def needed_characters(texts: Iterable[str]) -> str:

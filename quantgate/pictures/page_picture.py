@@ -21,6 +21,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from quantgate.ocr.crops import crop_line
+from quantgate.pictures.fonts import pil_face
 from quantgate.ocr.matching import ReadLine, match_lines
 
 ChannelOrder = Literal["RGB", "BGR"]
@@ -170,7 +171,7 @@ def draw_page(page: np.ndarray, gt: Sequence[dict], fp32_read: Sequence[ReadLine
     _check_differing(differing, gt)
     fp32, int8 = match_lines(gt, fp32_read).readings, match_lines(gt, int8_read).readings
     rows = sorted(differing)
-    font = ImageFont.truetype(font_path, TEXT_PX) if font_path else None
+    font = pil_face(font_path, TEXT_PX) if font_path else None
 
     scale = min(1.0, MAX_PAGE_SIDE / max(rgb.shape[:2]))
     shown = Image.fromarray(rgb)

@@ -27,6 +27,7 @@ from process_trees import end_all, kinds, wait_for
 ENGINE = "prefect.engine"
 # A pool whose job sets `command` gets the flow-run process started alone, not in a process group of its own.
 OWN_COMMAND = f"command={json.dumps(f'{sys.executable} -m {ENGINE}')}"
+SURVIVOR_WAIT_S = 90  # a process alive this long after the run ended outlived it: the old bug, not a slow machine
 
 
 def flow_run_process(worker_pid: int, timeout_s: float) -> psutil.Process:
@@ -80,13 +81,15 @@ def test_a_flow_run_ended_on_the_worker_leaves_none_of_its_processes(server, wor
         else:
             answer = prefect(server, "flow-run", "cancel", flow_run_id)
             assert answer.returncode == 0, answer.stdout + answer.stderr
-        while any(member.alive() for member in members) and time.monotonic() < ended + 30:
+        # The behaviour is that none survives; how fast they go (the keeper's SIGTERM -> GRACE_S -> SIGKILL, a poll,
+        # Prefect's cancellation) is a benchmark's business: 16.8 s on a loaded 2-core machine once failed a 15 s
+        # bound with nothing left running. A process the run leaves behind is still alive after the whole wait.
+        while any(member.alive() for member in members) and time.monotonic() < ended + SURVIVOR_WAIT_S:
             time.sleep(0.2)
         gone_s = time.monotonic() - ended
         survivors = [member for member in members if member.alive()]
         print(f"\n{ending} with: {kinds(members)}\nsurvived: {kinds(survivors)} (after {gone_s:.1f} s)")
-        assert survivors == [], f"outlived the run: {survivors}"
-        assert gone_s < 15, f"the run's processes took {gone_s:.1f} s to end"
+        assert survivors == [], f"outlived the run by {gone_s:.0f} s: {survivors}"
     finally:
         end_all(members)
     if ending != "sigkill":

@@ -132,9 +132,11 @@ LINES = (((40, 40), "北京华夏科技有限公司"), ((60, 170), "金额￥12,
 def rendered_page() -> tuple[np.ndarray, str]:
     """A white 600x400 page with three black lines of 32 px Chinese text, and its PaddleOCR label (the lines'
     ink boxes)."""
-    from PIL import Image, ImageDraw, ImageFont
+    from PIL import Image, ImageDraw
 
-    font = ImageFont.truetype(str(cjk_font()), 32)
+    from quantgate.pictures.fonts import pil_face
+
+    font = pil_face(cjk_font(), 32)
     page = Image.new("RGB", (600, 400), (255, 255, 255))
     draw = ImageDraw.Draw(page)
     regions = []

@@ -173,12 +173,14 @@ MARGIN_PX = (1, 6)  # blank paper left and right of the text
 
 def render_line(text: str, font: Path, rng: np.random.Generator):
     """`text` as a 48 px high RGB line on light paper, or None when it does not fit in 320 px at MIN_FONT_PX."""
-    from PIL import Image, ImageDraw, ImageFont
+    from PIL import Image, ImageDraw
+
+    from quantgate.pictures.fonts import pil_face
 
     # Tight margins, as the detector crops lines: wider blank ends make the recognizer emit spaces there.
     size, margin = int(rng.integers(*FONT_PX)), int(rng.integers(*MARGIN_PX))
     while size >= MIN_FONT_PX:
-        face = ImageFont.truetype(str(font), size)
+        face = pil_face(font, size)
         left, top, right, bottom = face.getbbox(text)
         width = right - left + 2 * margin
         if width <= MAX_LINE_WIDTH:
