@@ -148,8 +148,9 @@ def release(config: PipelineConfig = PipelineConfig(), store: str | None = None,
         ArtifactNotFound: `resume` names a version that does not exist or has no checkpoint.
         UntrustedFactory: a run from a deployment names a `module:factory` the worker does not trust.
         ModelProblem: `config.trained_model` cannot be gated as given (before a version exists).
-        MemoryRefused: one sample of `config.trained_model` cannot be calibrated within the memory budget (before
-            a version exists); later, in the stage that finds it, a loop whose one sample does not fit.
+        MemoryRefused: one sample of `config.trained_model` cannot be calibrated within the memory budget, or
+            evaluate.latency_batch_size cannot be timed within it (before a version exists); later, in the stage
+            that finds it, a loop whose one sample (or fixed batch) does not fit.
         BadMemoryBudget: QUANTGATE_MEMORY_GB is not a positive number (before a version exists).
     """
     if is_flow_run_process():  # a worker's process for this run only: what it starts ends with it

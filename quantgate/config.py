@@ -22,6 +22,11 @@ from quantgate.data_config import (  # noqa: F401  (one schema: the data section
     TransformsConfig,
 )
 from quantgate.errors import BadInput, clipped
+from quantgate.evaluate_config import (  # noqa: F401  (one schema: the evaluate section is re-exported)
+    EvaluateConfig,
+    latency_batch_origin,
+    task_latency_batch,
+)
 from quantgate.gate_config import GatePolicy, RuntimeName  # noqa: F401  (one schema: re-exported)
 from quantgate.quantize_config import (  # noqa: F401  (one schema: the quantize and convert sections are re-exported)
     ALGOS,
@@ -166,40 +171,6 @@ class TrainConfig(Section):
         return self
 
 
-class EvaluateConfig(Section):
-    runtimes: tuple[str, ...] = Field(
-        ("onnxruntime",), min_length=1,
-        description="Runtimes to evaluate and gate FP32 vs INT8 in (onnxruntime, openvino: pip install -e "
-        "'.[openvino]', paddle_inference: oneDNN); the top-level metrics are onnxruntime's when listed, else the first's.",
-    )
-    batch_size: int | None = Field(
-        None, ge=1, description="Samples per runtime call in the accuracy pass; null: the largest batch (up to 64) "
-        "that fits the memory budget (QUANTGATE_MEMORY_GB). A batch set here is kept when it fits, else lowered "
-        "with the reason in the manifest; predictions do not depend on it.",
-    )
-    latency_batch_size: int = Field(
-        16, ge=1, le=4096, description="The batch latency is timed at (besides batch 1), whatever the memory budget, "
-        "so speed-ups compare across machines; refused before the run if it does not fit.",
-    )
-    threads: int = Field(
-        2, ge=1, le=256, description="Threads of every runtime (onnxruntime intra-op, OpenVINO inference, Paddle "
-        "Inference CPU math), fixed so latencies compare.",
-    )
-    latency_repeats: int = Field(100, ge=3, le=10_000, description="Timed runs per model, in a process of their own; the median is reported.")
-
-    @field_validator("runtimes")
-    @classmethod
-    def _known_and_listed_once(cls, runtimes: tuple[str, ...]) -> tuple[str, ...]:
-        known = ("onnxruntime", "openvino", "paddle_inference")  # stages/evaluate/outputs.py RUNTIME_NAMES
-        unknown = [name for name in runtimes if name not in known]
-        if unknown:
-            raise ValueError(f"unknown runtime(s) {', '.join(map(repr, unknown))}; choose from {', '.join(known)}")
-        repeated = sorted({name for name in runtimes if runtimes.count(name) > 1})
-        if repeated:
-            raise ValueError(f"lists {', '.join(repeated)} more than once; name each runtime once")
-        return runtimes
-
-
 class TrainedModelConfig(Section):
     """A Paddle inference model trained elsewhere, gated instead of a model trained here."""
 
@@ -249,6 +220,16 @@ class PipelineConfig(Section):
     convert: ConvertConfig = Field(default_factory=ConvertConfig, description="paddle2onnx and the INT8 lowering for onnxruntime.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="FP32 vs INT8 evaluation in the listed runtimes.")
     gate: GatePolicy = Field(default_factory=GatePolicy, description="Release gate policy.")
+
+    @model_validator(mode="after")
+    def _latency_batch_is_the_tasks(self) -> "PipelineConfig":
+        # Resolved once, here: every reader of evaluate (the stage, the search's trials, the records) sees an int.
+        evaluate, batch = self.evaluate, task_latency_batch(self.task)
+        if "latency_batch_size" not in evaluate.model_fields_set and evaluate.latency_batch_size != batch:
+            evaluate = evaluate.model_copy(update={"latency_batch_size": batch})
+            evaluate.model_fields_set.discard("latency_batch_size")  # still the task's, not the user's
+            object.__setattr__(self, "evaluate", evaluate)
+        return self
 
     @model_validator(mode="after")
     def _task_fits_the_data(self) -> "PipelineConfig":

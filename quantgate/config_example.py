@@ -1,7 +1,8 @@
 """`quantgate config --example`: a commented YAML file generated from the schema itself.
 
 Every field appears with its description as a comment and its default as the value, so the
-example can never drift from the schema; parsing it gives back exactly the defaults.
+example can never drift from the schema; parsing it gives back exactly the defaults. A field left unset whose
+default is null shows null, even where another setting decides its value (the task, evaluate's latency batch).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def _lines(model: BaseModel, indent: int) -> list[str]:
     lines = []
     for name, field in type(model).model_fields.items():
         value = getattr(model, name)
+        if field.default is None and name not in model.model_fields_set:  # left to another setting: shown as null
+            value = None  # (evaluate.latency_batch_size, which the task decides)
         if field.description:
             lines.append(f"{pad}# {field.description}")
         if _is_section(value):

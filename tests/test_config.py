@@ -1,6 +1,6 @@
 import pytest
 
-from quantgate.config import ConfigError, PipelineConfig, validate_config
+from quantgate.config import ConfigError, EvaluateConfig, PipelineConfig, validate_config
 from quantgate.config_files import apply_override, read_yaml
 
 
@@ -223,6 +223,33 @@ def test_batch_sizes_default_to_the_memory_budget_and_the_latency_batch_is_fixed
     assert config.quantize.batch_size is None and config.evaluate.batch_size is None
     assert config.evaluate.latency_batch_size == 16
     assert validate_config({"quantize": {"batch_size": 8}}).quantize.batch_size == 8
+
+
+def test_the_latency_batch_left_unset_is_the_tasks_and_one_set_is_kept():
+    import yaml
+
+    from quantgate.config_example import example_yaml
+
+    detector = {"task": "text_detection", "trained_model": {"path": "det"},
+                "data": {"dataset": "text_boxes", "path": "pages", "label_file": "pages/calibration.txt"}}
+    recognizer = {"task": "text_recognition", "data": {"dataset": "digit_strings"}, "train": {"architecture": "crnn"}}
+    # a page at a time for a detector, as the OCR system runs it; 16 for the others, as always
+    assert validate_config(detector).evaluate.latency_batch_size == 1
+    assert validate_config({**detector, "evaluate": {"latency_batch_size": None}}).evaluate.latency_batch_size == 1
+    assert validate_config(recognizer).evaluate.latency_batch_size == 16
+    assert validate_config({}).evaluate.latency_batch_size == 16 == EvaluateConfig().latency_batch_size
+    # a batch the user sets is theirs, whatever the task
+    assert validate_config({**detector, "evaluate": {"latency_batch_size": 16}}).evaluate.latency_batch_size == 16
+    assert validate_config({"evaluate": {"latency_batch_size": 4}}).evaluate.latency_batch_size == 4
+    # the classification default dumps as it always did, so earlier runs' reuse keys still match
+    assert validate_config({}).evaluate.model_dump(mode="json")["latency_batch_size"] == 16
+    # the example shows the unset batch as null (the task decides), and reads back to the same config
+    config = validate_config(detector)
+    printed = example_yaml(config)
+    assert "  latency_batch_size: null" in printed.splitlines()
+    assert validate_config(yaml.safe_load(printed)) == config
+    with pytest.raises(ConfigError, match="evaluate.latency_batch_size"):
+        validate_config({**detector, "evaluate": {"latency_batch_size": 0}})
 
 
 def test_calibration_batches_without_a_batch_size_are_refused_naming_both_settings():

@@ -22,8 +22,10 @@ from quantgate.memory.budget import (
     return_freed_memory,
     tree_memory_bytes,
 )
+from quantgate.memory.latency import LATENCY_SETTING, latency_batch_kept, latency_loop
 from quantgate.memory.peak import BUDGET_KEY, PEAK_KEY, PeakMemory
 
-__all__ = ["BATCHES_KEY", "BUDGET_KEY", "BatchChoice", "MEMORY_ENV", "MemoryBudget", "MemoryRefused", "PEAK_KEY",
-           "PeakMemory", "choose_batch", "choose_batch_in_passes", "gigabytes", "memory_budget",
-           "process_memory_bytes", "return_freed_memory", "tree_memory_bytes"]
+__all__ = ["BATCHES_KEY", "BUDGET_KEY", "BatchChoice", "LATENCY_SETTING", "MEMORY_ENV", "MemoryBudget",
+           "MemoryRefused", "PEAK_KEY", "PeakMemory", "choose_batch", "choose_batch_in_passes", "gigabytes",
+           "latency_batch_kept", "latency_loop", "memory_budget", "process_memory_bytes", "return_freed_memory",
+           "tree_memory_bytes"]

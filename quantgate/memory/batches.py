@@ -41,6 +41,7 @@ class BatchChoice:
     measured_by: str  # how the bytes were found: "shapes" (an estimate) or "probe at batches 1 and 4"
     reason: str
     passes: int = 1  # passes over the data, each holding its share of what a sample keeps (`choose_batch_in_passes`)
+    origin: str | None = None  # where a requested batch came from when the user did not set it (a task's default)
 
     @property
     def estimated_bytes(self) -> int:
@@ -54,7 +55,8 @@ class BatchChoice:
         return {"batch_size": self.batch_size, "requested": self.requested, "ceiling": self.ceiling,
                 "estimated_gb": round(self.estimated_bytes / GB, 3), "fixed_gb": round(self.fixed_bytes / GB, 3),
                 "per_sample_mb": round(self.per_sample_bytes / 1e6, 3), "measured_by": self.measured_by,
-                "reason": self.reason, "passes": self.passes, **self.budget.record()}
+                "reason": self.reason, "passes": self.passes, **self.budget.record(),
+                **({"origin": self.origin} if self.origin else {})}
 
 
 def choose_batch(loop: str, *, fixed_bytes: int, per_sample_bytes: int, budget: MemoryBudget,

@@ -51,8 +51,10 @@ def summary_lines(memory: dict | None, order: tuple[str, ...] = ()) -> list[str]
                  f"{_budget_shown(memory['budget'])}"]
     else:
         lines = [f"  memory    every stage reused: nothing measured in this run; {_budget_shown(memory['budget'])}"]
-    batches = [batch_shown(loop, choice) for entry in here.values() for loop, choice in entry[BATCHES_KEY].items()]
-    return lines + ([f"  batches   {', '.join(batches)}"] if batches else [])
+    choices = [(loop, choice) for entry in here.values() for loop, choice in entry[BATCHES_KEY].items()]
+    origins = "".join(f"; {origin}" for origin in dict.fromkeys(choice.get("origin") for _, choice in choices)
+                      if origin)  # said once, however many loops share it (each runtime's latency)
+    return lines + ([f"  batches   {', '.join(batch_shown(*item) for item in choices)}{origins}"] if choices else [])
 
 
 def _cell(text) -> str:
@@ -72,6 +74,7 @@ def markdown_lines(memory: dict | None) -> list[str]:
         peak = f"{entry[PEAK_KEY]:.3f}{reused}"
         choices = entry[BATCHES_KEY].items() or [(None, None)]
         for loop, choice in choices:
-            batch, why = (batch_shown(loop, choice), _cell(choice.get("reason", ""))) if choice else ("", "")
+            why = "; ".join(filter(None, (choice.get("reason"), choice.get("origin")))) if choice else ""
+            batch, why = (batch_shown(loop, choice), _cell(why)) if choice else ("", "")
             lines.append(f"| {stage} | {peak} | {batch} | {why} |")
     return lines

@@ -20,6 +20,7 @@ from quantgate.errors import BadInput, StageError
 from quantgate.stages.evaluate.outputs import ONNXRUNTIME, OPENVINO, PADDLE_INFERENCE, RUNTIME_NAMES
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 
+PADDLE2ONNX_INT8 = "paddle2onnx_int8"  # paddle2onnx's own INT8 model in onnxruntime, reported beside for comparison
 # The Python package each runtime needs, and how to get it.
 PACKAGES = {ONNXRUNTIME: ("onnxruntime", "it is a dependency of quantgate: reinstall quantgate"),
             OPENVINO: ("openvino", "pip install -e '.[openvino]' (or pip install openvino==2026.4.1)"),
@@ -82,8 +83,10 @@ def check_runtimes(runtimes: tuple[str, ...]) -> None:
 
 
 def model_forms(runtimes: tuple[str, ...], fp32_onnx: Path, int8_onnx: Path, paddle_fp32_dir: Path | None,
-                paddle_int8_dir: Path | None) -> dict[str, dict[str, ModelForm]]:
-    """{runtime: {"fp32": form, "int8": form}} for every listed runtime.
+                paddle_int8_dir: Path | None, paddle2onnx_int8_onnx: Path | None = None
+                ) -> dict[str, dict[str, ModelForm]]:
+    """{runtime: {"fp32": form, "int8": form}} for every listed runtime; onnxruntime also runs paddle2onnx's own
+    INT8 model (PADDLE2ONNX_INT8, the same PaddleSlim scales before lowering) beside, for comparison, when given.
 
     Raises:
         RuntimeUnavailable: paddle_inference is listed but the Paddle model folders were not given.
@@ -95,6 +98,9 @@ def model_forms(runtimes: tuple[str, ...], fp32_onnx: Path, int8_onnx: Path, pad
             forms[runtime] = {"fp32": ModelForm(fp32_onnx, False, fp32_onnx.name, "convert"),
                               "int8": ModelForm(int8_onnx, True, f"{int8_onnx.name} (QDQ, int8 weights; "
                                                 "QLinearConv after onnxruntime's fusions)", "convert")}
+            if paddle2onnx_int8_onnx is not None:
+                forms[runtime][PADDLE2ONNX_INT8] = ModelForm(Path(paddle2onnx_int8_onnx), True,
+                                                             Path(paddle2onnx_int8_onnx).name, "convert")
         elif runtime == OPENVINO:
             forms[runtime] = {"fp32": ModelForm(fp32_onnx, False, f"{fp32_onnx.name} (f32, static shape)", "convert"),
                               "int8": ModelForm(int8_onnx, True, f"{int8_onnx.name} (QDQ with PaddleSlim's scales, "

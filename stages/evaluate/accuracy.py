@@ -15,7 +15,7 @@ from quantgate.errors import StageError
 from quantgate.memory import BATCHES_KEY, return_freed_memory
 from quantgate.progress import Progress
 from quantgate.runtimes.cpu import cpu_record
-from quantgate.runtimes.forms import ModelForm, Runner, check_runtimes, library, model_forms, open_runner
+from quantgate.runtimes.forms import Runner, check_runtimes, library, model_forms, open_runner
 from quantgate.runtimes.latency import measure_forms
 from quantgate.runtimes.ort_forms import onnxruntime_int8_form
 from quantgate.samples.reading import StoredData, open_data
@@ -31,7 +31,7 @@ from quantgate.stages.evaluate.outputs import (
     primary_runtime,
     runtime_predictions_file,
 )
-from quantgate.stages.evaluate.summary import PADDLE2ONNX_INT8, Measured, stage_metrics
+from quantgate.stages.evaluate.summary import Measured, stage_metrics
 from quantgate.tasks.text import TextRecognition, character_errors
 
 log = logging.getLogger(__name__)
@@ -132,11 +132,8 @@ def evaluate(
 def _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2onnx_int8_onnx, num_workers,
               paddle_fp32_dir, paddle_int8_dir) -> EvaluateResult:
     primary, out_dir, data = primary_runtime(runtimes), Path(out_dir), open_data(data_dir)
-    forms = model_forms(runtimes, fp32_onnx, int8_onnx, paddle_fp32_dir, paddle_int8_dir)
+    forms = model_forms(runtimes, fp32_onnx, int8_onnx, paddle_fp32_dir, paddle_int8_dir, paddle2onnx_int8_onnx)
     cpu = cpu_record()
-    if ONNXRUNTIME in runtimes and paddle2onnx_int8_onnx is not None:
-        forms[ONNXRUNTIME][PADDLE2ONNX_INT8] = ModelForm(Path(paddle2onnx_int8_onnx), True,
-                                                         Path(paddle2onnx_int8_onnx).name, "convert")
     choices = batch_choices(config, forms, data)
     batch_size = choices[ACCURACY_LOOP].batch_size
     latency_batch = data.array("test", limit=config.latency_batch_size)[0]

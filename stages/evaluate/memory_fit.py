@@ -8,8 +8,16 @@ the speed criterion means the same on every machine: a latency batch that does n
 
 from __future__ import annotations
 
-from quantgate.config import EvaluateConfig
-from quantgate.memory import MEMORY_ENV, BatchChoice, MemoryRefused, gigabytes, memory_budget
+import dataclasses
+
+from quantgate.config import EvaluateConfig, latency_batch_origin
+from quantgate.memory import (
+    LATENCY_SETTING,
+    BatchChoice,
+    latency_batch_kept,
+    latency_loop,
+    memory_budget,
+)
 from quantgate.runtimes.forms import ModelForm
 from quantgate.runtimes.memory_fit import RUNNER_CEILING, runners_batch
 from quantgate.samples.reading import StoredData
@@ -32,19 +40,14 @@ def batch_choices(config: EvaluateConfig, forms: dict[str, dict[str, ModelForm]]
     choices = {ACCURACY_LOOP: runners_batch(
         ACCURACY_LOOP, runners, shape, config.threads, requested=config.batch_size, ceiling=RUNNER_CEILING,
         setting="evaluate.batch_size", subject=subject, budget=budget)}
+    origin = latency_batch_origin(data.task.name, config.latency_batch_size)
     for runtime, named in forms.items():
-        loop = f"evaluate latency in {runtime}"
+        loop = latency_loop(runtime)
         latency = runners_batch(
             loop, {(runtime, name): form for name, form in named.items()}, shape, config.threads,
-            requested=config.latency_batch_size, ceiling=config.latency_batch_size,
-            setting="evaluate.latency_batch_size", subject=f"{runtime}'s {len(named)} models on {'x'.join(map(str, shape))}",
-            budget=budget, own_process=True)
-        if latency.lowered:  # a speed measured at another batch would not compare with the policy's
-            needed = latency.fixed_bytes + config.latency_batch_size * latency.per_sample_bytes
-            raise MemoryRefused(
-                f"{loop}: evaluate.latency_batch_size={config.latency_batch_size} needs about {gigabytes(needed)}, "
-                f"over the memory budget of {gigabytes(budget.bytes)} ({budget.source}); latency is timed at a fixed "
-                f"batch so that speed-ups compare: lower evaluate.latency_batch_size (the batch fits up to "
-                f"{latency.batch_size}) or raise the budget ({MEMORY_ENV} or --memory-gb); nothing was run")
-        choices[loop] = latency
+            requested=config.latency_batch_size, ceiling=config.latency_batch_size, setting=LATENCY_SETTING,
+            subject=f"{runtime}'s {len(named)} models on {'x'.join(map(str, shape))}", budget=budget,
+            own_process=True)
+        # a speed measured at another batch would not compare with the policy's: refused, not lowered
+        choices[loop] = dataclasses.replace(latency_batch_kept(latency), origin=origin)
     return choices

@@ -8,7 +8,7 @@ import numpy as np
 import onnxruntime as ort
 
 from quantgate.config import EvaluateConfig
-from quantgate.runtimes.forms import ModelForm
+from quantgate.runtimes.forms import PADDLE2ONNX_INT8, ModelForm
 from quantgate.stages.evaluate.outputs import (
     ACCURACY_METRIC,
     CPU,
@@ -24,8 +24,6 @@ from quantgate.stages.evaluate.outputs import (
     latency_key,
 )
 from quantgate.tasks import Task
-
-PADDLE2ONNX_INT8 = "paddle2onnx_int8"  # paddle2onnx's own INT8 model in onnxruntime, reported beside for comparison
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Checks of a trained model before anything runs: is there a model, is it FP32, can the data feed it, do its
-outputs fit the task and the dictionary or class list. Every problem is named with its fix, all at once."""
+outputs fit the task and the dictionary or class list, do one calibration sample and evaluate's latency batch fit
+the memory budget. Every problem of the model is named with its fix, all at once."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantgate.config import BOX_DATASETS, TEXT_DATASETS, DataConfig, PipelineConfig, TrainedModelConfig
+from quantgate.int8.latency_memory import check_latency_batch_fits
 from quantgate.int8.program_memory import check_one_sample_fits
 from quantgate.stages.source.errors import ModelProblem
 from quantgate.stages.source.model_summary import ModelSummary, summarize
@@ -187,7 +189,8 @@ def check_trained_model(config: PipelineConfig) -> CheckedModel:
         ModelProblem: listing every problem (no model, PIR format, already INT8, inputs the transforms cannot
             produce, outputs that do not fit the task, dictionary or class list).
         BadTextLines: data.character_dict cannot be read.
-        MemoryRefused: calibrating one sample of the data's input size does not fit the memory budget.
+        MemoryRefused: calibrating one sample of the data's input size does not fit the memory budget, or the
+            evaluate stage's latency batch (evaluate.latency_batch_size, at a fixed batch) would not.
     """
     folder, files = model_files(config.trained_model)
     prefix = folder / config.trained_model.prefix
@@ -204,6 +207,9 @@ def check_trained_model(config: PipelineConfig) -> CheckedModel:
     runnable = sample and not _input_problems(bare, wanted, config.data)
     if runnable:
         check_one_sample_fits(prefix, sample)  # before the sample below runs in this process
+        if None not in wanted:  # the data fixes the size: the evaluate stage's latency batch is known too
+            evaluate = config.evaluate
+            check_latency_batch_fits(prefix, sample, evaluate.runtimes, evaluate.latency_batch_size, evaluate.threads)
     try:
         summary = summarize(prefix, sample) if runnable else bare
     except (RuntimeError, ValueError, OSError):

@@ -69,3 +69,21 @@ def test_the_run_summary_prints_the_memory_line():
 def test_records_from_before_peaks_show_nothing():
     assert memory_summary(None) == [] and markdown_lines(None) == []
     assert markdown_lines(memory_record({"data": ({"fingerprint": "x"}, None)})) == []
+
+
+def test_a_latency_batch_that_is_the_task_s_default_says_so_once():
+    from quantgate.config import latency_batch_origin
+
+    origin = latency_batch_origin("text_detection", 1)
+    assert origin == "latency batch 1: text_detection's default (a page at a time, as the OCR system runs the detector)"
+    assert latency_batch_origin("text_detection", 16) is None and latency_batch_origin("classification", 16) is None
+    page = {"batch_size": 1, "requested": 1, "ceiling": 1, "reason": "evaluate.latency_batch_size=1 fits the budget",
+            "origin": origin}
+    evaluate = {PEAK_KEY: 1.0, BUDGET_KEY: BUDGET, BATCHES_KEY: {
+        "evaluate accuracy pass": CHOSEN, "evaluate latency in onnxruntime": page, "evaluate latency in openvino": page}}
+    record = memory_record({"evaluate": (evaluate, None)})
+    assert memory_summary(record)[1] == (
+        "  batches   evaluate accuracy pass 16, evaluate latency in onnxruntime 1, evaluate latency in openvino 1; "
+        f"{origin}")
+    assert (f"| evaluate | 1.000 | evaluate latency in openvino 1 | evaluate.latency_batch_size=1 fits the budget; "
+            f"{origin} |") in markdown_lines(record)
