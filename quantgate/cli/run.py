@@ -257,8 +257,8 @@ def training_lines(record: dict) -> list[str]:
 
 
 def search_lines(record: dict) -> list[str]:
-    """The INT8 search's verdict on the validation split, when the run searched."""
-    from quantgate.stages.quantize.outputs import SEARCH
+    """The INT8 search's verdict on the validation split, and what the policy cost, when the run searched."""
+    from quantgate.stages.quantize.outputs import POLICY_COST, SEARCH
 
     search = record.get(SEARCH)
     if not search:
@@ -268,7 +268,8 @@ def search_lines(record: dict) -> list[str]:
     line = (f"  search    {verdict} on validation: kept trial {search['kept_trial']} of {search['trials']} "
             f"({search['recipe']['algo']}), FP32 layers: {layers}, drop {search['validation']['accuracy_drop_pts']:+.2f}"
             f" pts, {search['wall_s']:.1f} s; {search['stopped']}")
-    return [wrapped(line)]
+    cost = search.get(POLICY_COST)  # what meeting the policy cost (absent in records from before it)
+    return [wrapped(line), *([wrapped(f"  trade-off {cost}")] if cost else [])]
 
 
 def wrapped(line: str, width: int = SUMMARY_WIDTH) -> str:

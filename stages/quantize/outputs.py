@@ -5,6 +5,12 @@ from quantgate.stages.shared.outputs import StageOutputs
 
 SEARCH_FILE = "search.json"
 SEARCH = "search"  # the search's summary in the manifest; absent for strategy 'single'
+# In the search's summary (and search.json):
+FRONTIER = "frontier"  # every trial and the final calibration: drop, speed-up, FP32 layers, `pareto`, `kept`
+POLICY_COST = "policy_cost"  # one sentence: what meeting the policy cost in FP32 layers and speed
+POLICY_MAX_DROP = "policy_max_accuracy_drop_pts"  # the policy's accuracy threshold in onnxruntime (hmean: detection)
+POLICY_MIN_AGREEMENT = "policy_min_agreement"  # the policy's agreement threshold in onnxruntime
+DECISIONS = "decisions"  # the paired (McNemar) decisions between candidates, when the search made any
 
 OUTPUTS = StageOutputs(
     stage="quantize",

@@ -1,5 +1,5 @@
-"""Accuracy-aware INT8: search PaddleSlim's recipes, then AdaRound, then FP32 fall-backs, until the gate policy
-holds on the validation split, within a budget.
+"""Accuracy-aware INT8: search PaddleSlim's recipes, then (if asked for) AdaRound, then FP32 fall-backs, until the
+gate policy holds on the validation split, within a budget.
 
 One trial = PaddleSlim calibration with one recipe and skip list -> paddle2onnx -> the lowering ->
 accuracy on the validation split and latency against FP32, judged by the gate's own criteria
@@ -8,22 +8,22 @@ accuracy on the validation split and latency against FP32, judged by the gate's 
 1. recipes (`quantize.search.recipes`), in order; the first is plain PTQ with quantize's settings.
    A recipe that passes with every layer quantized ends the search: other recipes build the same
    graph, so none can be faster.
-2. if none passes, recovery (`quantize.search.recovery`): the recipe closest to FP32 once more with
-   AdaRound (`adaround`), every layer still in INT8. It goes before the fall-backs because it costs
-   no speed and, measured on PP-OCRv4's recognizer, gains more per second: one trial of ~5 minutes
-   took 1.1 pts back (docs/search.md), where 8 FP32 layers left 1.5-2.5 pts lost.
-3. if that misses too: the layers of whichever of the two is closer ranked by sensitivity (`layer_sensitivity`: each
-   layer's FP32 fall-back estimated without a PaddleSlim run), and the most sensitive ones left in
-   FP32 (PaddleSlim's skip_tensor_list). The estimate picks the fewest leading layers that pass;
+2. if none passes and `quantize.search.recovery` is set (off by default): the recipe closest to FP32 once more
+   with AdaRound (`adaround`), every layer still in INT8. It is off because on PP-OCRv4's recognizer it gained
+   0.5 pt on one calibration split and lost 1.4 on another (paired p 0.02; docs/search.md); a setting still.
+3. if that misses too (or did not run): the layers of the closest trial ranked by sensitivity
+   (`layer_sensitivity`: each layer's FP32 fall-back estimated without a PaddleSlim run), and the most
+   sensitive ones left in FP32 (PaddleSlim's skip_tensor_list). The estimate picks the fewest leading layers that pass;
    a real PaddleSlim trial confirms it, one more layer per trial if it does not, until the policy
    holds or `max_float_layers` is reached (with recovery's settings, each of these trials fits again);
 4. once a fall-back set passes: each of its layers is tried back in INT8 (least sensitive
    first) and stays INT8 if the policy still holds; a set the estimate already fails costs no
    trial. These trials also measure what each FP32 layer costs in speed.
 
-The kept trial is the passing one with the fewest FP32 layers, then the lowest measured latency.
-If none passes, the trial closest to FP32 is kept and the search says so: the gate then fails
-it (`search_validation`), whatever the test split says. PaddleSlim calibrations and rankings
+The kept trial is the fastest passing one (speed-up INT8/FP32, each trial's own ratio; fewest FP32 layers break a
+tie). If none passes, the trial closest to FP32 is kept (`evidence`: McNemar on per-sample outcomes, then the
+outputs' distance to FP32) and the search says so: the gate then fails it (`search_validation`), whatever the
+test split says. PaddleSlim calibrations and rankings
 are cached by content digest, so a rerun with the same inputs recomputes neither.
 
 Trials calibrate on at most `quantize.search.trial_calibration_samples` rows, spread evenly over the
@@ -35,8 +35,9 @@ record and log say so; if neither passes, the one closer to FP32. The final cali
 trial: `max_trials` and `timeout_s` bound the search, and do not stop the final step. With
 `quantize.batch_nums` set, every trial calibrates on those batches and there is no final step.
 
-This module runs the phases; a trial and the budget are in `trials`, the ranking and estimates of
-phase 2 in `fallback_ranking`, and what the search reports in `search_record`.
+This module runs the phases; a trial and the budget are in `trials`, how two trials are chosen between in
+`evidence` (every choice is kept in `runner.decisions`), the ranking and estimates of phase 3 in
+`fallback_ranking`, and what the search reports in `search_record`.
 """
 
 from __future__ import annotations
@@ -69,8 +70,8 @@ from quantgate.stages.quantize.trials import (
     Cache,
     Trial,
     TrialRunner,
-    closest,
-    kept_trial,
+    closest_decided,
+    kept_decided,
 )
 from quantgate.stages.quantize.validation_check import samples_to_show
 
@@ -109,8 +110,8 @@ def search_quantization(
         runner = TrialRunner(config, policy, evaluate_config, model_dir, data_dir, Path(scratch), cache, num_workers,
                              lowering)
         outcome = _run(runner)
-        kept = kept_trial(runner.trials)
-        final = None if (trial := runner.final_trial(kept)) is None else written_model(kept, trial)
+        kept = _decided(runner, "kept trial", kept_decided(runner.trials))
+        final = None if (trial := runner.final_trial(kept)) is None else written_model(kept, trial, runner.decisions)
         written = kept if final is None else final.written
         for name in (MODEL_FILE, PARAMS_FILE):
             shutil.copy2(written.folder / name, Path(out_dir) / name)
@@ -129,9 +130,16 @@ def search_quantization(
     return QuantizeResult(MODEL_FILE, PARAMS_FILE, {**calibration, SEARCH: summary, BATCHES_KEY: batches})
 
 
-def written_model(kept: Trial, final: Trial) -> FinalCalibration:
+def _decided(runner: TrialRunner, purpose: str, chosen: tuple[Trial, list[dict]]) -> Trial:
+    """`chosen`'s trial; its decisions kept in `runner.decisions`, tagged with what they chose (`purpose`)."""
+    trial, made = chosen
+    runner.decisions.extend({"purpose": purpose, **entry} for entry in made)
+    return trial
+
+
+def written_model(kept: Trial, final: Trial, decisions: list[dict] | None = None) -> FinalCalibration:
     """Which model the stage writes: the full-set `final` if it passes, else the subset `kept` if that passed,
-    else the one closer to FP32."""
+    else the one closer to FP32 (that decision added to `decisions` when given)."""
     full = f"the full-set calibration ({final.calibration_samples} samples)"
     subset = f"the trials' calibration ({kept.calibration_samples} samples)"
     if final.passed:
@@ -139,7 +147,9 @@ def written_model(kept: Trial, final: Trial) -> FinalCalibration:
     if kept.passed:
         return FinalCalibration(final, kept, f"{full} MISSES the policy where {subset} passed "
                                              f"({'; '.join(final.failures)}); {subset} is written instead")
-    closer = closest([final, kept])
+    closer, made = closest_decided([final, kept])
+    if decisions is not None:
+        decisions.extend({"purpose": "written model", **entry} for entry in made)
     return FinalCalibration(final, closer, f"neither {full} nor {subset} passes; "
                                            f"{full if closer is final else subset} is closer to FP32 and written")
 
@@ -159,7 +169,7 @@ def _run(runner: TrialRunner) -> SearchOutcome:
                              "quantize.search.max_float_layers is 0")
     if (why := runner.exhausted()) is not None:
         return SearchOutcome(why)
-    base = closest(runner.trials)
+    base = _decided(runner, "fall-back base", closest_decided(runner.trials))
     fallbacks = FallbackRanking(runner, base, runner.config.with_recipe(QuantizeRecipe(**base.recipe)))
     estimator = fallbacks.estimator()
     ranking, cached = fallbacks.sensitivity(estimator)
@@ -194,9 +204,11 @@ def _try_recipes(runner: TrialRunner) -> str | None:
 
 def _recover(runner: TrialRunner) -> str | None:
     """Phase 2: the closest recipe again with AdaRound; why the search stops here, or None to go on."""
-    nearest = closest(runner.trials)
-    if not runner.config.search.recovery or nearest.recipe["rounding"] == "adaptive":
-        return None  # switched off, or the recipes were fitted already (quantize.rounding 'adaptive')
+    if not runner.config.search.recovery:
+        return None  # switched off (the default)
+    nearest = _decided(runner, "recovery base", closest_decided(runner.trials))
+    if nearest.recipe["rounding"] == "adaptive":
+        return None  # the recipes were fitted already (quantize.rounding 'adaptive')
     recipe = QuantizeRecipe(**{**nearest.recipe, "rounding": "adaptive"})
     try:
         trial = runner.run_trial("recovery", runner.config.with_recipe(recipe), ())

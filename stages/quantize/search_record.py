@@ -7,7 +7,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantgate.config import GatePolicy, QuantizeConfig
-from quantgate.stages.quantize.outputs import SEARCH_FILE
+from quantgate.stages.evaluate.outputs import ONNXRUNTIME
+from quantgate.stages.quantize.outputs import (
+    DECISIONS,
+    FRONTIER,
+    POLICY_COST,
+    POLICY_MAX_DROP,
+    POLICY_MIN_AGREEMENT,
+    SEARCH_FILE,
+)
+from quantgate.stages.quantize.trade_off import accuracy_threshold, frontier, policy_cost
 from quantgate.stages.quantize.trials import Trial, TrialRunner, closest
 
 
@@ -97,11 +106,13 @@ def search_summary(config: QuantizeConfig, runner: TrialRunner, kept: Trial, out
                    final: FinalCalibration | None = None, validation_needed: dict | None = None) -> dict:
     """The search in the quantize manifest: the kept trial, the budget, and how the search got there.
 
-    `passed`, `validation` and `speedup_int8_vs_fp32` are the written model's: the full-set one's
-    when `final` wrote it. `kept_trial`, `recipe` and `float_layers` are what the search chose.
+    `passed`, `validation`, `speedup_int8_vs_fp32` and `policy_cost` are the written model's: the full-set one's
+    when `final` wrote it. `kept_trial`, `recipe` and `float_layers` are what the search chose. The frontier and
+    the decisions are here rather than in `search.json` alone because the report reads the summary.
     """
     trials = runner.trials
     written = kept if final is None else final.written
+    policy = runner.policy
     return {
         "strategy": "search",
         "passed": written.passed,
@@ -128,6 +139,11 @@ def search_summary(config: QuantizeConfig, runner: TrialRunner, kept: Trial, out
         "steps": step_record(trials),
         "next_step": None if written.passed else next_step(config, trials, outcome.stopped),
         "validation_samples_needed": validation_needed,
+        FRONTIER: frontier(trials, kept, None if final is None else final.trial),
+        POLICY_MAX_DROP: accuracy_threshold(policy, written.validation),
+        POLICY_MIN_AGREEMENT: policy.threshold("min_agreement", ONNXRUNTIME),
+        POLICY_COST: policy_cost(policy, trials, written),
+        DECISIONS: list(getattr(runner, "decisions", None) or []),  # how the search chose between trials
     }
 
 

@@ -26,16 +26,19 @@ from importlib.metadata import version as installed_version
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
+
 from quantgate.config import EvaluateConfig, GatePolicy, QuantizeConfig, QuantizeRecipe
 from quantgate.int8.lower_int8 import Lowering
 from quantgate.int8.onnx_conversion import to_onnx
 from quantgate.progress import live
 from quantgate.runtimes.forms import ModelForm
-from quantgate.runtimes.latency import measure
+from quantgate.runtimes.latency import measure_batch_sizes
 from quantgate.runtimes.memory_fit import RUNNER_CEILING, runners_batch
 from quantgate.samples.reading import open_data
 from quantgate.stages.evaluate.outputs import ONNXRUNTIME
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
+from quantgate.stages.quantize import evidence
 from quantgate.stages.quantize.calibration import STATISTIC_ALGOS, Statistics
 from quantgate.stages.quantize.layer_sensitivity import lowered_model
 from quantgate.stages.quantize.memory_fit import calibration_choice, fitted
@@ -86,45 +89,46 @@ class Trial:
     statistics_reused: bool  # its calibration started from an earlier one's statistics (at most one pass left)
     folder: Path = field(repr=False)  # PaddleSlim's model
     paddle2onnx_file: Path = field(repr=False)  # its conversion, before the lowering
+    latency_batch_size: int | None = None  # the images latency_ms_p50_* were timed on
+    latency_ms_p50_fp32_batch1: float | None = None  # both timed at batch 1 too, in the same process
+    latency_ms_p50_int8_batch1: float | None = None
+    speedup_batch1: float | None = None
+    # Per validation sample: INT8 read it right (`ValidationCheck.score_samples`); what McNemar pairs between trials.
+    outcomes: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def record(self) -> dict:
-        return {key: value for key, value in asdict(self).items() if key not in ("folder", "paddle2onnx_file")}
-
-
-SAMPLES_TO_TELL = 3  # validation samples a difference in accuracy must exceed to count (see `closest`)
-
-
-def closest_to_fp32(trial: Trial) -> tuple:
-    """Sort key: accuracy lost (a gain counts as none), then CER gained (text), then disagreement, then logit error."""
-    validation = trial.validation
-    return (max(validation["accuracy_drop_pts"], 0.0), max(validation.get("cer_increase_pts", 0.0), 0.0),
-            -validation["agreement"], validation["logit_error"])
+        return {key: value for key, value in asdict(self).items()
+                if key not in ("folder", "paddle2onnx_file", "outcomes")}
 
 
 def closest(trials: list[Trial]) -> Trial:
-    """The trial closest to FP32: among those whose accuracy drop is within SAMPLES_TO_TELL validation samples of
-    the smallest, the one whose outputs are closest to FP32's (`logit_error`, then `closest_to_fp32`).
+    """The trial closest to FP32 (`closest_decided`)."""
+    return closest_decided(trials)[0]
 
-    A drop moves in steps of one sample: on 200 lines, 1 line apart is 0.5 pt, and no evidence that one calibration
-    reads better than another. The logit error, measured on every output value, is: on PP-OCRv4's recognizer
-    (docs/benchmarks.md, issue 45) 'hist' read 1 of 201 validation lines more than 'mse' and then lost 4.0 pts on
-    1,000 test lines, where 'mse' loses 0.5 (1,126 lines); 'mse' had the lower logit error (0.0375 against 0.0425).
+
+def closest_decided(trials: list[Trial]) -> tuple[Trial, list[dict]]:
+    """The trial closest to FP32, and each decision that chose it (`evidence.closest`).
+
+    Every trial that a one-sided exact McNemar test (alpha 0.05) shows worse than the one reading the most
+    validation samples right is out; of those left, the one whose outputs are closest to FP32's (per-frame KL for
+    text, else `logit_error`), then `closest_to_fp32`, then the earlier. A drop moves in steps of one sample: on
+    200 lines, 1 line apart is 0.5 pt, and no evidence that one calibration reads better than another. On
+    PP-OCRv4's recognizer (docs/benchmarks.md, issue 45) 'hist' read 1 of 201 validation lines more than 'mse' and
+    then lost 4.0 pts on 1,000 test lines, where 'mse' loses 0.5 (1,126 lines); 'mse' had the lower logit error
+    (0.0375 against 0.0425).
     """
-    def drop(trial: Trial) -> float:
-        return max(trial.validation["accuracy_drop_pts"], 0.0)
-
-    band = 100.0 * SAMPLES_TO_TELL / max(trials[0].validation.get("validation_samples", 1), 1)
-    best = min(drop(trial) for trial in trials)
-    near = [trial for trial in trials if drop(trial) <= best + band + 1e-9]
-    return min(near, key=lambda trial: (trial.validation["logit_error"], closest_to_fp32(trial)))
+    return evidence.closest(trials)
 
 
 def kept_trial(trials: list[Trial]) -> Trial:
-    """The passing trial with the fewest FP32 layers, then the lowest latency; else the one closest to FP32."""
-    passing = [trial for trial in trials if trial.passed]
-    if passing:
-        return min(passing, key=lambda trial: (len(trial.float_layers), trial.latency_ms_p50_int8))
-    return closest(trials)
+    """The trial the search keeps (`kept_decided`)."""
+    return kept_decided(trials)[0]
+
+
+def kept_decided(trials: list[Trial]) -> tuple[Trial, list[dict]]:
+    """The fastest passing trial (speed-up INT8/FP32, then fewest FP32 layers); else the one closest to FP32; and
+    each decision that chose it (`evidence.kept`)."""
+    return evidence.kept(trials)
 
 
 def content_digest(*parts: object) -> str:
@@ -173,6 +177,7 @@ class TrialRunner:
         self.model_dir, self.scratch, self.cache = Path(model_dir), scratch, cache
         self.started = time.monotonic()
         self.trials: list[Trial] = []
+        self.decisions: list[dict] = []  # how the search chose between trials (evidence.decision), for search.json
         self.failed_recipes: list[dict] = []  # recipes PaddleSlim (or the conversion) could not run
         # Calibration and validation images are streamed from the data stage's folder by every trial;
         # only the latency batch is held.
@@ -307,9 +312,11 @@ class TrialRunner:
         folder = self.scratch / f"trial-{index:03d}"
         folder.mkdir()
         raw = lowered_model(calibration, folder / "int8.onnx", self.lowering)
-        validation = self.check.score(folder / "int8.onnx")
-        latency = measure({"fp32": self.fp32_onnx, "int8": folder / "int8.onnx"}, self.latency_batch, self.threads,
-                          self.budget.latency_repeats)
+        validation, outcomes = self.check.score_samples(folder / "int8.onnx")
+        size = len(self.latency_batch)
+        timed = measure_batch_sizes({"fp32": self.fp32_onnx, "int8": folder / "int8.onnx"}, self.latency_batch,
+                                    tuple(dict.fromkeys((size, 1))), self.threads, self.budget.latency_repeats)
+        latency, batch1 = timed[size], timed[1]
         metrics = {**validation, "speedup_int8_vs_fp32": latency["fp32"]["p50"] / latency["int8"]["p50"],
                    "latency_ms_p50_fp32": latency["fp32"]["p50"], "latency_ms_p50_int8": latency["int8"]["p50"]}
         failures = policy_failures(self.policy, metrics)
@@ -320,10 +327,20 @@ class TrialRunner:
             speedup_int8_vs_fp32=metrics["speedup_int8_vs_fp32"], seconds=time.monotonic() - started,
             calibration_cached=cached, calibration_digest=digest, calibration_samples=calibrated["calibration_samples"],
             calibration_s=calibration_s, statistics_reused=bool(calibrated.get("calibration_statistics_reused")),
-            folder=calibration, paddle2onnx_file=raw,
+            folder=calibration, paddle2onnx_file=raw, latency_batch_size=size,
+            latency_ms_p50_fp32_batch1=batch1["fp32"]["p50"], latency_ms_p50_int8_batch1=batch1["int8"]["p50"],
+            speedup_batch1=batch1["fp32"]["p50"] / batch1["int8"]["p50"], outcomes=outcomes,
         )
-        live(log, "search %s (%s, %s, %d FP32 layers, %d samples): drop %.2f pts, agreement %.4f, %.2fx -> %s",
+        live(log, "search %s (%s, %s, %d FP32 layers, %d samples): drop %.2f pts, agreement %.4f, %.2fx -> %s; %s",
              "final calibration" if phase == "final" else f"trial {index}", phase, trial.recipe["algo"],
              len(float_layers), trial.calibration_samples, validation["accuracy_drop_pts"], validation["agreement"],
-             trial.speedup_int8_vs_fp32, "passes" if trial.passed else "misses")
+             trial.speedup_int8_vs_fp32, "passes" if trial.passed else "misses",
+             self.budget_line(trial.seconds, len(self.trials) + (phase != "final")))
         return trial
+
+    def budget_line(self, seconds: float, trials_done: int) -> str:
+        """What the trial just judged cost and what is left, e.g. "trial 84 s; 3 of 12 trials, 1,310 s of 1,800 s
+        left" (`trials_done` counts it; the final calibration is no trial of the budget)."""
+        left = max(self.budget.timeout_s - self.elapsed_s(), 0.0)
+        return (f"trial {seconds:,.0f} s; {trials_done} of {self.budget.max_trials} trials, "
+                f"{left:,.0f} s of {self.budget.timeout_s:,.0f} s left")

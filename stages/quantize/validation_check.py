@@ -6,18 +6,29 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from scipy.special import log_softmax
+from scipy.stats import binomtest, norm
 
 from quantgate.config import GatePolicy
 from quantgate.policy.decision import decide
 from quantgate.runtimes.latency import session
 from quantgate.samples.reading import StoredData
 from quantgate.stages.evaluate.outputs import TASK
+from quantgate.stages.quantize.evidence import KL_DISTANCE
+from quantgate.tasks import CLASSIFICATION, TEXT_RECOGNITION
 
 # The gate's criteria that a validation split can answer; the rest (bootstrap interval on the test
 # split, regression against the release, staleness) belong to the gate alone. cer_increase_pts is
 # judged for text recognition only (the gate has no such criterion for classification).
 VALIDATION_CRITERIA = ("accuracy_drop_pts", "cer_increase_pts", "hmean_drop_pts", "agreement", "int8_top1_pct",
                        "speedup")
+# Tasks whose accuracy is the share of samples read right (a binomial proportion: it has a Wilson interval); a
+# detector's hmean is summed over pages, and gets none.
+PROPORTION_TASKS = (CLASSIFICATION, TEXT_RECOGNITION)
+# Tasks whose output is a distribution over classes per frame (CTC): their distance to FP32 is a KL divergence.
+DISTRIBUTION_TASKS = (TEXT_RECOGNITION,)
+PROBABILITY_FLOOR = 1e-7  # log() of a probability that INT8 or FP32 put at 0
+Z95 = float(norm.ppf(0.975))
 
 
 class ValidationCheck:
@@ -46,9 +57,13 @@ class ValidationCheck:
                 squares += float(np.sum(np.square(logits - logits.mean()), dtype=np.float64))
                 count += logits.size
         self.fp32_logits = np.concatenate(fp32_logits) if fp32_logits else None
+        # DISTRIBUTION_TASKS: whether the held outputs are distributions already (None: no KL for this task)
+        self._outputs_are_probabilities = _are_probabilities(self.fp32_logits) \
+            if self.task.name in DISTRIBUTION_TASKS and self.fp32_logits is not None else None
         self.fp32_predicted = np.concatenate(fp32_predicted)
         self.fp32_scores = self.task.scores(self.labels, self.fp32_predicted)
         self.fp32_top1_pct = self.fp32_scores["top1_pct"]
+        self.fp32_outcomes = _read_right(self.task.per_sample(self.labels, self.fp32_predicted))
         # Held outputs: their variance, as before
         self._fp32_logit_variance = float(np.var(self.fp32_logits)) if self.fp32_logits is not None else \
             squares / max(count, 1)
@@ -68,17 +83,38 @@ class ValidationCheck:
                 yield None
         yield from (logits for logits, _, _ in self._batch_logits(self.fp32_onnx))
 
+    def _log_probabilities(self, outputs: np.ndarray) -> np.ndarray:
+        """Per-frame log-distributions of `outputs`: PP-OCRv4's recognizer ends in softmax, a logit model does not."""
+        outputs = np.asarray(outputs, np.float32)
+        if self._outputs_are_probabilities:
+            return np.log(np.maximum(outputs, PROBABILITY_FLOOR))
+        return log_softmax(outputs, axis=-1)
+
     def score(self, int8_onnx: Path) -> dict:
+        """`score_samples`' numbers alone (a fall-back estimate keeps no per-sample outcomes)."""
+        return self.score_samples(int8_onnx)[0]
+
+    def score_samples(self, int8_onnx: Path) -> tuple[dict, np.ndarray]:
         """Accuracy of both models (top-1, line accuracy and CER, or hmean), their agreement, and how far INT8's
-        outputs are from FP32's (`logit_error`, over every output value, whatever the shape)."""
-        squared_error, size = 0.0, 0
+        outputs are from FP32's (`logit_error`, over every output value, whatever the shape; for text recognition
+        also `output_kl`, the mean per-frame KL divergence of INT8's distribution from FP32's); and per validation
+        sample whether INT8 read it right (top-1 correct, the line exactly right, the page's hmean 1: every
+        labelled box matched and nothing else found), which the search's McNemar test pairs between trials.
+        For classification and text, the 95 % intervals of INT8's accuracy (Wilson) and of the drop (paired,
+        Agresti-Min) too."""
+        squared_error, size, divergence, frames = 0.0, 0, 0.0, 0
         predicted = []
         for (logits, labels, rows), fp32 in zip(self._batch_logits(int8_onnx), self._fp32_batches()):
             predicted.append(self.task.predict(logits, labels))
             reference = self.fp32_logits[rows] if fp32 is None else fp32
             squared_error += float(np.sum((logits - reference) ** 2, dtype=np.float64))
             size += logits.size
+            if self._outputs_are_probabilities is not None:  # computed per batch: the held outputs stay float32
+                fp32_log = self._log_probabilities(reference)
+                per_frame = np.sum(np.exp(fp32_log) * (fp32_log - self._log_probabilities(logits)), axis=-1)
+                divergence, frames = divergence + float(np.sum(per_frame, dtype=np.float64)), frames + per_frame.size
         int8_predicted = np.concatenate(predicted)
+        outcomes = _read_right(self.task.per_sample(self.labels, int8_predicted))
         compared = self.task.compare(self.labels, self.fp32_predicted, int8_predicted)
         scores = {
             TASK: self.task.name,
@@ -94,7 +130,40 @@ class ValidationCheck:
                     "hmean_drop_pts"):
             if key in compared:
                 scores[key] = compared[key]
-        return scores
+        if self._outputs_are_probabilities is not None:
+            scores[KL_DISTANCE] = divergence / max(frames, 1)
+        if self.task.name in PROPORTION_TASKS:
+            scores["int8_top1_ci95_pct"] = proportion_ci95_pct(int(outcomes.sum()), len(outcomes))
+            scores["accuracy_drop_ci95_pts"] = paired_drop_ci95_pts(self.fp32_outcomes, outcomes)
+        return scores, outcomes
+
+
+def _read_right(per_sample: np.ndarray) -> np.ndarray:
+    """Per sample, right or wrong: a score of 1 (a page's hmean: every region matched, nothing else found)."""
+    return np.asarray(per_sample, np.float64) >= 1.0 - 1e-9
+
+
+def _are_probabilities(outputs: np.ndarray) -> bool:
+    """Whether `outputs` are distributions along the last axis already (a model ending in softmax)."""
+    return bool(outputs.size and outputs.min() >= 0 and outputs.max() <= 1
+                and np.allclose(outputs.sum(axis=-1, dtype=np.float64), 1.0, atol=1e-3))
+
+
+def proportion_ci95_pct(right: int, samples: int) -> list[float]:
+    """The 95 % Wilson interval of `right` of `samples`, in percent."""
+    interval = binomtest(right, samples).proportion_ci(0.95, method="wilson")
+    return [100.0 * interval.low, 100.0 * interval.high]
+
+
+def paired_drop_ci95_pts(fp32: np.ndarray, int8: np.ndarray) -> list[float]:
+    """The 95 % interval of FP32's accuracy minus INT8's on the same samples, in points: Agresti and Min's (2005)
+    Wald interval for matched proportions with half a sample added to each cell, which keeps a width where no
+    sample changed (a plain Wald interval is then [0, 0])."""
+    n = len(fp32) + 2.0
+    lost, gained = np.sum(fp32 & ~int8) + 0.5, np.sum(int8 & ~fp32) + 0.5
+    drop = (lost - gained) / n
+    half = Z95 * np.sqrt(max(lost + gained - (lost - gained) ** 2 / n, 0.0)) / n
+    return [float(100.0 * (drop - half)), float(100.0 * (drop + half))]
 
 
 def policy_failures(policy: GatePolicy, metrics: dict) -> list[str]:

@@ -25,13 +25,21 @@ from quantgate.stages.evaluate.outputs import (
 )
 from quantgate.stages.gate.outputs import RELEASE_DUEL
 from quantgate.stages.report.classification_report import class_names, classification_sections
-from quantgate.stages.report.outputs import DISAGREEMENTS, FONT, REPORT_FILE, RUNTIMES_PLOT, TRAINING_PLOT
+from quantgate.stages.report.outputs import (
+    DISAGREEMENTS,
+    FONT,
+    REPORT_FILE,
+    RUNTIMES_PLOT,
+    TRADE_OFF_PLOT,
+    TRAINING_PLOT,
+)
 from quantgate.stages.report.plots import runtimes_plot, training_plot
 from quantgate.stages.report.predictions import TEST_SPLIT, read_predictions
 from quantgate.stages.report.release_section import release_sections
 from quantgate.stages.report.runtimes import cpu_line, latency_by_runtime, primary_of, runtimes_table, slower_int8_lines
 from quantgate.stages.report.sections import TaskSections
 from quantgate.stages.report.text_report import text_sections
+from quantgate.stages.report.trade_off import has_trade_off, trade_off_lines, trade_off_plot
 from quantgate.tasks import TEXT_DETECTION, TEXT_RECOGNITION, task_of
 
 
@@ -223,7 +231,7 @@ def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metri
     lines += [*slower, ""] if slower else []
     lines += _gate_table(gate_record) + [""]
     lines += [*release_lines, ""] if release_lines else []
-    lines += [*_search_lines(search), ""] if search else []
+    lines += [*_search_lines(search), *trade_off_lines(search), ""] if search else []
     lines += [*task_lines, ""] if task_lines else []
     lines += _training_lines(train_metrics) + [""]
     memory_shown = memory_lines(memory)
@@ -250,7 +258,8 @@ def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict,
     elsewhere, whose `train_metrics` are the source stage's); per_class.png and confusion.png for
     classification; disagreements.png when INT8 and FP32 disagree on a test sample; runtimes.png for
     several runtimes; vs_release.png when the release (the duel stage's `duel_record`, its folder `duel_dir`)
-    and this version disagree on a paired sample. `data_dir` and `evaluate_dir` are the data and evaluate
+    and this version disagree on a paired sample; trade_off.png when `search` (the quantize manifest's search
+    summary) has a frontier. `data_dir` and `evaluate_dir` are the data and evaluate
     stages' folders; `memory`, the earlier stages' peaks and batches (quantgate.memory.record.memory_record).
 
     Raises:
@@ -282,6 +291,9 @@ def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict,
     release_lines, release_plots, _ = release_sections(
         duel_record, gate_record.get(RELEASE_DUEL), duel_dir, data, primary_of(evaluation), shown_as, out_dir, title)
     plots += release_plots
+    if has_trade_off(search):
+        trade_off_plot(search, out_dir / TRADE_OFF_PLOT, f"{title}: INT8 search, accuracy against speed")
+        plots.append(TRADE_OFF_PLOT)
     (out_dir / REPORT_FILE).write_text(render_markdown(title, shown, gate_record, train_metrics, where, search,
                                                        task_lines, release_lines, memory))
     metrics = {"report_file": REPORT_FILE, "plots": plots, FONT: sections.font.name if sections.font.draws_strings

@@ -6,7 +6,8 @@ import json
 
 from quantgate.artifacts import ArtifactStore
 from quantgate.flows.release import release
-from quantgate.stages.quantize.outputs import SEARCH_FILE
+from quantgate.stages.quantize.outputs import FRONTIER, POLICY_COST, SEARCH_FILE
+from quantgate.stages.report.outputs import TRADE_OFF_PLOT
 
 
 def test_a_searched_release_records_the_search_and_the_gate_checks_it(tmp_path, tiny_config):
@@ -21,7 +22,12 @@ def test_a_searched_release_records_the_search_and_the_gate_checks_it(tmp_path, 
     assert record["search"]["kept_trial"] == search["kept_trial"] and record["search"]["passed"]
     criteria = {c["name"]: c for c in json.loads((version_dir / "gate" / "gate.json").read_text())["criteria"]}
     assert criteria["search_validation"]["verdict"] == "pass"
-    assert "## INT8 recipe search (validation split)" in (version_dir / "report" / "report.md").read_text()
+    report = (version_dir / "report" / "report.md").read_text()
+    assert "## INT8 recipe search (validation split)" in report
+    # The trade-off the search measured: drawn, and what the policy cost said under it.
+    assert search[FRONTIER] and f"]({TRADE_OFF_PLOT})" in report
+    assert f"What the policy cost: {search[POLICY_COST]}" in report
+    assert (version_dir / "report" / TRADE_OFF_PLOT).stat().st_size > 10_000
 
     # Another policy: training and export are reused, the search runs again (its verdict depends on the
     # policy), and PaddleSlim runs nothing new: every calibration comes from the store's cache.

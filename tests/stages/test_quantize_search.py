@@ -9,7 +9,6 @@ recipe touches that (they calibrate activations); leaving the third convolution 
 """
 
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -23,9 +22,8 @@ from quantgate.models.models import build_model
 from quantgate.policy.decision import decide
 from quantgate.stages.data import open_data
 from quantgate.stages.export.inference_model import export
-from quantgate.stages.quantize.outputs import SEARCH_FILE
+from quantgate.stages.quantize.outputs import FRONTIER, POLICY_COST, POLICY_MAX_DROP, SEARCH_FILE
 from quantgate.stages.quantize.search import search_quantization
-from quantgate.stages.quantize.trials import closest
 
 OUTLIER = 1000.0
 CHANNEL = 5
@@ -73,8 +71,9 @@ def run_search(broken_export, stage_dirs, out, cache=None, policy=STRICT, **sear
 def searched(broken_export, stage_dirs, tmp_path_factory):
     root = tmp_path_factory.mktemp("search")
     cache = ContentCache(root / "store", "quantize-search")
-    first = run_search(broken_export, stage_dirs, root / "first", cache)
-    again = run_search(broken_export, stage_dirs, root / "again", cache)
+    # recovery is off by default (docs/search.md): asked for here, so the search goes through every step
+    first = run_search(broken_export, stage_dirs, root / "first", cache, recovery=True)
+    again = run_search(broken_export, stage_dirs, root / "again", cache, recovery=True)
     return root, first, again
 
 
@@ -93,8 +92,10 @@ def test_plain_ptq_misses_and_the_search_falls_back_the_broken_layer(searched, b
     # Recovery comes next: the closer recipe again with AdaRound, every layer in INT8. No rounding of the
     # same grids fixes a weight scale set by the outlier, so it misses too, and the search goes on.
     recovery = trials[2]
-    recipes = [SimpleNamespace(validation=trial["validation"], recipe=trial["recipe"]) for trial in trials[:2]]
-    closer = vars(closest(recipes))
+    # the search recorded which recipe it found closer, and on what evidence (McNemar, then the outputs' distance)
+    [base] = [decision for decision in record["decisions"] if decision["purpose"] == "recovery base"]
+    assert base["trials"] == [1, 2] and base["p_value"] is not None and base["reason"]
+    closer = trials[base["winner"] - 1]
     assert recovery["phase"] == "recovery" and recovery["float_layers"] == [] and not recovery["passed"]
     assert recovery["recipe"] == {**closer["recipe"], "rounding": "adaptive"}
     assert [step["phase"] for step in record["steps"]][:3] == ["recipe", "recovery", "fall-back"]
@@ -109,6 +110,13 @@ def test_plain_ptq_misses_and_the_search_falls_back_the_broken_layer(searched, b
     # Each FP32 layer's cost in speed was measured against the trial that had it in INT8.
     assert [cost["layer"] for cost in record["float_layer_costs"]] == kept["float_layers"]
     assert all(cost["latency_cost_pct_of_fp32"] is not None for cost in record["float_layer_costs"])
+    # The trade-off: every trial on the frontier, the kept one marked, and what the policy cost in FP32 layers.
+    frontier = record[FRONTIER]
+    assert [entry["index"] for entry in frontier if not entry["final"]] == [trial["index"] for trial in trials]
+    assert [entry["index"] for entry in frontier if entry["kept"]] == [record["kept_trial"]]
+    assert any(entry["pareto"] for entry in frontier) and record[POLICY_MAX_DROP] == 1.0
+    assert record[POLICY_COST].startswith("within 1 pt: layer") and "in FP32" in record[POLICY_COST]
+    assert result.metrics["search"][POLICY_COST] == record[POLICY_COST]
     # The kept PaddleSlim model is the stage's output.
     assert (root / "first" / "model.pdmodel").stat().st_size > 0
     assert result.metrics["search"]["float_layers"] == kept["float_layers"]

@@ -25,9 +25,11 @@ class ScriptedRunner:
     """TrialRunner's interface for `_run`'s first two phases; a trial passes when its drop is within `max_drop`."""
 
     def __init__(self, max_drop: float, fail_adaptive: bool = False, **search):
-        self.config = QuantizeConfig(search={"recipes": RECIPES, "max_float_layers": 0, **search})
+        # recovery is off by default; these tests are about the step it adds, so it is asked for unless said
+        self.config = QuantizeConfig(search={"recipes": RECIPES, "max_float_layers": 0, "recovery": True, **search})
         self.max_drop, self.fail_adaptive = max_drop, fail_adaptive
         self.trials: list[Trial] = []
+        self.decisions: list[dict] = []
         self.failed_recipes: list[dict] = []
 
     def exhausted(self) -> str | None:
