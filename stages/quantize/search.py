@@ -54,6 +54,7 @@ from quantgate.int8.lower_int8 import Lowering
 from quantgate.memory import BATCHES_KEY
 from quantgate.samples.reading import open_data
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
+from quantgate.stages.quantize import evidence
 from quantgate.stages.quantize.fallback_ranking import FallbackRanking
 from quantgate.stages.quantize.memory_fit import CALIBRATION_LOOP, calibration_choice, choice_record, fitted
 from quantgate.stages.quantize.outputs import SEARCH
@@ -70,8 +71,6 @@ from quantgate.stages.quantize.trials import (
     Cache,
     Trial,
     TrialRunner,
-    closest_decided,
-    kept_decided,
 )
 from quantgate.stages.quantize.validation_check import samples_to_show
 
@@ -110,7 +109,7 @@ def search_quantization(
         runner = TrialRunner(config, policy, evaluate_config, model_dir, data_dir, Path(scratch), cache, num_workers,
                              lowering)
         outcome = _run(runner)
-        kept = _decided(runner, "kept trial", kept_decided(runner.trials))
+        kept = _decided(runner, "kept trial", evidence.kept(runner.trials))
         final = None if (trial := runner.final_trial(kept)) is None else written_model(kept, trial, runner.decisions)
         written = kept if final is None else final.written
         for name in (MODEL_FILE, PARAMS_FILE):
@@ -147,7 +146,7 @@ def written_model(kept: Trial, final: Trial, decisions: list[dict] | None = None
     if kept.passed:
         return FinalCalibration(final, kept, f"{full} MISSES the policy where {subset} passed "
                                              f"({'; '.join(final.failures)}); {subset} is written instead")
-    closer, made = closest_decided([final, kept])
+    closer, made = evidence.closest([final, kept])
     if decisions is not None:
         decisions.extend({"purpose": "written model", **entry} for entry in made)
     return FinalCalibration(final, closer, f"neither {full} nor {subset} passes; "
@@ -169,7 +168,7 @@ def _run(runner: TrialRunner) -> SearchOutcome:
                              "quantize.search.max_float_layers is 0")
     if (why := runner.exhausted()) is not None:
         return SearchOutcome(why)
-    base = _decided(runner, "fall-back base", closest_decided(runner.trials))
+    base = _decided(runner, "fall-back base", evidence.closest(runner.trials))
     fallbacks = FallbackRanking(runner, base, runner.config.with_recipe(QuantizeRecipe(**base.recipe)))
     estimator = fallbacks.estimator()
     ranking, cached = fallbacks.sensitivity(estimator)
@@ -206,7 +205,7 @@ def _recover(runner: TrialRunner) -> str | None:
     """Phase 2: the closest recipe again with AdaRound; why the search stops here, or None to go on."""
     if not runner.config.search.recovery:
         return None  # switched off (the default)
-    nearest = _decided(runner, "recovery base", closest_decided(runner.trials))
+    nearest = _decided(runner, "recovery base", evidence.closest(runner.trials))
     if nearest.recipe["rounding"] == "adaptive":
         return None  # the recipes were fitted already (quantize.rounding 'adaptive')
     recipe = QuantizeRecipe(**{**nearest.recipe, "rounding": "adaptive"})

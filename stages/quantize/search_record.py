@@ -143,7 +143,7 @@ def search_summary(config: QuantizeConfig, runner: TrialRunner, kept: Trial, out
         POLICY_MAX_DROP: accuracy_threshold(policy, written.validation),
         POLICY_MIN_AGREEMENT: policy.threshold("min_agreement", ONNXRUNTIME),
         POLICY_COST: policy_cost(policy, trials, written),
-        DECISIONS: list(getattr(runner, "decisions", None) or []),  # how the search chose between trials
+        DECISIONS: list(runner.decisions),  # how the search chose between trials
     }
 
 

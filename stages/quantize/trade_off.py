@@ -77,8 +77,8 @@ def frontier(trials: list[Trial], kept: Trial, final: Trial | None = None) -> li
             "agreement": _finite(validation.get("agreement")),
             "passed": trial.passed,
             "speedup_int8_vs_fp32": _finite(trial.speedup_int8_vs_fp32),
-            "speedup_batch1": _finite(getattr(trial, "speedup_batch1", None)),
-            "latency_batch_size": getattr(trial, "latency_batch_size", None),
+            "speedup_batch1": _finite(trial.speedup_batch1),
+            "latency_batch_size": trial.latency_batch_size,
         })
     flags = pareto_flags([(entry["accuracy_drop_pts"], entry["speedup_int8_vs_fp32"]) for entry in entries])
     return [{**entry, "pareto": flag} for entry, flag in zip(entries, flags)]

@@ -102,12 +102,7 @@ class Trial:
 
 
 def closest(trials: list[Trial]) -> Trial:
-    """The trial closest to FP32 (`closest_decided`)."""
-    return closest_decided(trials)[0]
-
-
-def closest_decided(trials: list[Trial]) -> tuple[Trial, list[dict]]:
-    """The trial closest to FP32, and each decision that chose it (`evidence.closest`).
+    """The trial closest to FP32 (`evidence.closest`, which also returns the decisions that chose it).
 
     Every trial that a one-sided exact McNemar test (alpha 0.05) shows worse than the one reading the most
     validation samples right is out; of those left, the one whose outputs are closest to FP32's (per-frame KL for
@@ -117,18 +112,13 @@ def closest_decided(trials: list[Trial]) -> tuple[Trial, list[dict]]:
     then lost 4.0 pts on 1,000 test lines, where 'mse' loses 0.5 (1,126 lines); 'mse' had the lower logit error
     (0.0375 against 0.0425).
     """
-    return evidence.closest(trials)
+    return evidence.closest(trials)[0]
 
 
 def kept_trial(trials: list[Trial]) -> Trial:
-    """The trial the search keeps (`kept_decided`)."""
-    return kept_decided(trials)[0]
-
-
-def kept_decided(trials: list[Trial]) -> tuple[Trial, list[dict]]:
-    """The fastest passing trial (speed-up INT8/FP32, then fewest FP32 layers); else the one closest to FP32; and
-    each decision that chose it (`evidence.kept`)."""
-    return evidence.kept(trials)
+    """The fastest passing trial (speed-up INT8/FP32, then fewest FP32 layers); else the one closest to FP32
+    (`evidence.kept`, which also returns the decisions that chose it)."""
+    return evidence.kept(trials)[0]
 
 
 def content_digest(*parts: object) -> str:

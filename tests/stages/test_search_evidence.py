@@ -18,7 +18,8 @@ from test_task_metrics import HEIGHT, LINES, text_data_folder, toy_recognizer
 from quantgate.samples.reading import open_data
 from quantgate.stages.quantize.evidence import ALPHA
 from quantgate.stages.quantize.search import written_model
-from quantgate.stages.quantize.trials import Trial, closest, closest_decided, kept_decided, kept_trial
+from quantgate.stages.quantize import evidence
+from quantgate.stages.quantize.trials import Trial, closest, kept_trial
 from quantgate.stages.quantize.validation_check import ValidationCheck
 
 SAMPLES = 200
@@ -46,7 +47,7 @@ def trial(index: int, read: np.ndarray | None, distance: float, *, kl: float | N
 def test_one_line_in_200_decides_nothing_the_closer_outputs_do():
     one_more_line = trial(1, outcomes(range(9)), 0.0425)  # 'hist': one line more read right
     closer_outputs = trial(2, outcomes(range(10)), 0.0375)  # 'mse'
-    chosen, decisions = closest_decided([one_more_line, closer_outputs])
+    chosen, decisions = evidence.closest([one_more_line, closer_outputs])
     assert chosen is closer_outputs
     [decision] = decisions
     assert (decision["b"], decision["c"], decision["p_value"]) == (1, 0, 0.5) and decision["rule"] == "distance"
@@ -59,7 +60,7 @@ def test_a_clear_difference_in_lines_read_decides_whatever_the_outputs():
     better = trial(1, outcomes([12]), 0.05)  # reads 12 lines the other misses, misses 1 the other reads
     closer_outputs = trial(2, outcomes(range(12)), 0.01)
     for order in ([better, closer_outputs], [closer_outputs, better]):  # the order of the trials does not matter
-        chosen, [decision] = closest_decided(order)
+        chosen, [decision] = evidence.closest(order)
         assert chosen is better and decision["rule"] == "mcnemar" and (decision["b"], decision["c"]) == (12, 1)
         assert decision["p_value"] == pytest.approx(14 / 2 ** 13) and decision["p_value"] < ALPHA
         assert decision["reason"].startswith("McNemar p=0.00171 (12 vs 1 samples")
@@ -67,7 +68,7 @@ def test_a_clear_difference_in_lines_read_decides_whatever_the_outputs():
 
 def test_text_is_decided_by_the_kl_divergence_of_the_outputs():
     first, second = trial(1, outcomes([0]), 0.01, kl=0.042), trial(2, outcomes([1]), 0.02, kl=0.031)
-    chosen, [decision] = closest_decided([first, second])
+    chosen, [decision] = evidence.closest([first, second])
     assert chosen is second and decision["distance_name"] == "output_kl"
     assert decision["reason"].endswith("closer outputs (KL 0.031 vs 0.042)") and "(p=0.75, 1 vs 1" in decision["reason"]
 
@@ -76,7 +77,7 @@ def test_a_trial_shown_worse_than_the_best_reading_one_cannot_come_back_by_its_o
     reference = trial(1, outcomes([]), 0.05)  # reads every line
     nearly = trial(2, outcomes([0, 1]), 0.03)  # 2 lines fewer: not shown worse (p 0.25)
     worse = trial(3, outcomes(range(8)), 0.001)  # 8 fewer: p 0.004, out, though its outputs are the closest
-    chosen, decisions = closest_decided([reference, nearly, worse])
+    chosen, decisions = evidence.closest([reference, nearly, worse])
     assert chosen is nearly
     assert [(d["trials"], d["rule"], d["winner"]) for d in decisions] == [([1, 3], "mcnemar", 1),
                                                                            ([1, 2], "distance", 2)]
@@ -86,7 +87,7 @@ def test_a_trial_shown_worse_than_the_best_reading_one_cannot_come_back_by_its_o
 def test_without_per_sample_outcomes_the_drop_decides_and_the_decision_says_so():
     near, far = trial(1, None, 0.04), trial(2, None, 0.01)
     far.validation["accuracy_drop_pts"] = 2.5  # 5 lines of 200 behind
-    chosen, [decision] = closest_decided([near, far])
+    chosen, [decision] = evidence.closest([near, far])
     assert chosen is near and decision["rule"] == "drop" and decision["p_value"] is None
     assert decision["reason"].startswith("no per-sample outcomes: drop 0.00 vs 2.50 pts")
 
@@ -94,7 +95,7 @@ def test_without_per_sample_outcomes_the_drop_decides_and_the_decision_says_so()
 def test_of_two_passing_trials_the_faster_is_kept_fewer_fp32_layers_only_break_a_tie():
     slower = trial(1, outcomes(), 0.01, passed=True, speedup=1.70)
     faster = trial(2, outcomes([3]), 0.02, passed=True, speedup=1.82, float_layers=("conv2d_3.w_0",))
-    chosen, [decision] = kept_decided([slower, faster])
+    chosen, [decision] = evidence.kept([slower, faster])
     assert chosen is faster and decision["rule"] == "faster" and decision["speedup"] == [1.70, 1.82]
     assert decision["reason"] == "both pass; faster (1.820x vs 1.700x INT8/FP32)"
     tied = trial(3, outcomes(), 0.01, passed=True, speedup=1.82)
@@ -105,7 +106,7 @@ def test_of_two_passing_trials_the_faster_is_kept_fewer_fp32_layers_only_break_a
 def test_the_decisions_are_json_and_the_outcomes_stay_out_of_the_trial_record():
     trials = [trial(1, outcomes([1, 2]), 0.04, kl=0.5), trial(2, outcomes([5]), 0.03, kl=0.4),
               trial(3, outcomes(range(20)), 0.01, kl=0.1)]
-    _, decisions = closest_decided(trials)
+    _, decisions = evidence.closest(trials)
     assert json.loads(json.dumps(decisions, allow_nan=False)) == decisions
     assert set(decisions[0]) == {"trials", "winner", "rule", "reason", "b", "c", "p_value", "alpha", "distance_name",
                                  "distance", "accuracy_drop_pts", "speedup"}

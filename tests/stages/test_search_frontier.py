@@ -6,7 +6,6 @@ The frontier and the sentence are quantgate's own arithmetic over trials, so scr
 here; a real search on the digits CNN records them too (test_quantize_search.py).
 """
 
-import dataclasses
 import json
 import struct
 from pathlib import Path
@@ -48,13 +47,7 @@ def trial(index, phase, float_layers, drop, speedup, passed, algo="hist", **meas
              "latency_ms_p50_fp32": 10.0, "latency_ms_p50_int8": 10.0 / speedup, "speedup_int8_vs_fp32": speedup,
              "seconds": 20.0, "calibration_cached": False, "calibration_digest": "", "calibration_samples": 64,
              "calibration_s": 5.0, "statistics_reused": False, "folder": Path("."), "paddle2onnx_file": Path(".")}
-    # Fields another change adds to Trial without a default are left None here.
-    given.update({field.name: None for field in dataclasses.fields(Trial) if field.name not in given
-                  and field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING})
-    made = Trial(**given)
-    for name, value in measured.items():
-        setattr(made, name, value)
-    return made
+    return Trial(**given, **measured)
 
 
 def scripted_search() -> list[Trial]:
@@ -109,10 +102,11 @@ def test_the_drop_interval_is_the_paired_one_else_from_int8s_interval(tmp_path):
     trials = scripted_search()
     trials[0].validation.update(int8_top1_ci95_pct=[92.0, 94.5], accuracy_drop_ci95_pts=[1.0, 2.75])
     trials[1].validation["int8_top1_ci95_pct"] = [92.0, 94.5]  # FP32's 95 % taken as measured
-    runner = SimpleNamespace(trials=trials, policy=POLICY, failed_recipes=[], elapsed_s=lambda: 1.0)
+    runner = SimpleNamespace(trials=trials, policy=POLICY, failed_recipes=[], elapsed_s=lambda: 1.0,
+                             decisions=[])
     summary = search_summary(QuantizeConfig(), runner, trials[4], SearchOutcome("passed"))
     assert [entry["accuracy_drop_ci95_pts"] for entry in summary[FRONTIER][:3]] == [[1.0, 2.75], [0.5, 3.0], None]
-    assert summary[DECISIONS] == []  # a runner without decisions records none
+    assert summary[DECISIONS] == []  # no decision made, none recorded
 
 
 def test_the_policy_cost_says_the_fp32_layers_and_the_speed_they_cost():
@@ -143,7 +137,8 @@ def test_when_nothing_passes_the_policy_cost_gives_the_closest_candidate():
 
 def test_quantgate_runs_summary_says_what_the_policy_cost():
     trials = scripted_search()
-    runner = SimpleNamespace(trials=trials, policy=POLICY, failed_recipes=[], elapsed_s=lambda: 1.0)
+    runner = SimpleNamespace(trials=trials, policy=POLICY, failed_recipes=[], elapsed_s=lambda: 1.0,
+                             decisions=[])
     summary = search_summary(QuantizeConfig(), runner, trials[4], SearchOutcome("passed with FP32 fall-backs"))
     lines = search_lines({SEARCH: summary})
     assert lines[-1] == "  trade-off within 0.5 pt: layer conv_b in FP32, 1.80x instead of 2.25x"
@@ -158,7 +153,8 @@ def png_size(path) -> tuple[int, int]:
 
 def test_the_report_draws_the_trade_off_with_the_policy_line_and_says_its_cost(tmp_path):
     trials = scripted_search()
-    runner = SimpleNamespace(trials=trials, policy=POLICY, failed_recipes=[], elapsed_s=lambda: 1.0)
+    runner = SimpleNamespace(trials=trials, policy=POLICY, failed_recipes=[], elapsed_s=lambda: 1.0,
+                             decisions=[])
     summary = search_summary(QuantizeConfig(), runner, trials[4], SearchOutcome("passed with FP32 fall-backs"))
     drawn, without_policy = tmp_path / TRADE_OFF_PLOT, tmp_path / "no_policy.png"
     trade_off_plot(summary, drawn, "digits-cnn v1: INT8 search")
