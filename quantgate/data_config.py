@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from quantgate.config_base import Section
 from quantgate.detection_config import DetPostprocessConfig
+from quantgate.quantize_config import SearchConfig
 
 TEXT_DATASETS = ("text_lines", "digit_strings")  # the datasets of task text_recognition
 BOX_DATASETS = ("text_boxes",)  # the datasets of task text_detection
@@ -144,6 +145,10 @@ def digit_layout(rec_image_shape: tuple[int, int, int], max_digits: int) -> tupl
     return min(height, (width - max_digits * gap) // max_digits), gap
 
 
+DEFAULT_VALIDATION_FRACTION = 0.1  # validation_fraction when left null (text_lines: see min_validation_lines)
+DEFAULT_CALIBRATION_FLOOR = SearchConfig.model_fields["trial_calibration_samples"].default  # 256, spelled once
+
+
 class DataConfig(Section):
     dataset: Literal["digits", "image_folder", "text_lines", "digit_strings", "text_boxes"] = Field(
         "digits", description="'digits' (built-in 8x8 digits), 'image_folder' (one sub-folder of images per class), "
@@ -205,9 +210,21 @@ class DataConfig(Section):
     test_fraction: float = Field(
         0.2, gt=0, lt=0.5, description="Share of the data held out for the FP32 vs INT8 accuracy check."
     )
-    validation_fraction: float = Field(
-        0.1, ge=0, lt=0.5, description="Share of the data held out for the INT8 recipe search (0: none; "
-        "quantize.strategy 'search' needs it). Taken from training data; calibration and test are not touched."
+    validation_fraction: float | None = Field(
+        None, ge=0, lt=0.5, description="Share of the data held out for the INT8 recipe search (0: none; "
+        "quantize.strategy 'search' needs it). Taken from training data; calibration and test are not touched. "
+        f"null: {DEFAULT_VALIDATION_FRACTION}; text_lines: that share but at least min_validation_lines lines when "
+        "the data allow (the data record's validation_rule says how the split was decided)."
+    )
+    min_validation_lines: int = Field(
+        300, ge=1, description="text_lines with validation_fraction null: the validation split holds at least this "
+        "many lines when the data allow; 300 shows an agreement of 0.99 (rule of three: 3 / (1 - 0.99)). A data "
+        "setting, not read from gate.*, so a policy change re-splits nothing."
+    )
+    min_calibration_lines: int = Field(
+        DEFAULT_CALIBRATION_FLOOR, ge=1, description="text_lines with validation_fraction null and nothing trained "
+        "(trained_model): calibration keeps at least this many lines when validation grows to min_validation_lines "
+        "(quantize.search.trial_calibration_samples' default: each search trial calibrates on that many)."
     )
     augment: AugmentConfig = Field(
         default_factory=AugmentConfig, description="image_folder, text_lines: random augmentation of training images only "
@@ -225,6 +242,21 @@ class DataConfig(Section):
         "error", description="image_folder, text_lines: a corrupt or truncated image stops the run ('error') or is left out and "
         "listed in the data manifest ('skip')."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_validation_share(cls, data):
+        """A null validation_fraction is the default share except for text_lines, whose split then follows
+        min_validation_lines (stages/data/validation_size.py): every other dataset splits, and records, as before."""
+        if isinstance(data, dict) and data.get("validation_fraction") is None \
+                and data.get("dataset", "digits") != "text_lines":
+            return {**data, "validation_fraction": DEFAULT_VALIDATION_FRACTION}
+        return data
+
+    @property
+    def validation_by_lines(self) -> bool:
+        """Whether the validation split is sized by min_validation_lines (text_lines, validation_fraction null)."""
+        return self.validation_fraction is None
 
     @model_validator(mode="after")
     def _paths_match_dataset(self) -> "DataConfig":

@@ -258,7 +258,7 @@ def training_lines(record: dict) -> list[str]:
 
 def search_lines(record: dict) -> list[str]:
     """The INT8 search's verdict on the validation split, and what the policy cost, when the run searched."""
-    from quantgate.stages.quantize.outputs import POLICY_COST, SEARCH
+    from quantgate.stages.quantize.outputs import POLICY_COST, POLICY_MAX_DROP, POLICY_MIN_AGREEMENT, SEARCH
 
     search = record.get(SEARCH)
     if not search:
@@ -269,7 +269,17 @@ def search_lines(record: dict) -> list[str]:
             f"({search['recipe']['algo']}), FP32 layers: {layers}, drop {search['validation']['accuracy_drop_pts']:+.2f}"
             f" pts, {search['wall_s']:.1f} s; {search['stopped']}")
     cost = search.get(POLICY_COST)  # what meeting the policy cost (absent in records from before it)
-    return [wrapped(line), *([wrapped(f"  trade-off {cost}")] if cost else [])]
+    lines = [wrapped(line), *([wrapped(f"  trade-off {cost}")] if cost else [])]
+    needed = search.get("validation_samples_needed") or {}  # the data could not give the policy enough samples
+    if needed.get("short"):
+        unit = "lines" if (record.get("metrics") or {}).get("task") == "text_recognition" else "samples"
+        shown = {"min_agreement": f"agreement {search.get(POLICY_MIN_AGREEMENT)}",
+                 "max_accuracy_drop": f"a drop within {search.get(POLICY_MAX_DROP)} pts"}
+        lines.append(wrapped(f"  validation {needed['samples']} {unit}: too few to show "
+                             + ", ".join(f"{shown.get(name, name)} (needs {needed['needed'][name]})"
+                                         for name in needed["short"])
+                             + f"; add labelled {unit} (data.validation_rule says how the split was sized)"))
+    return lines
 
 
 def wrapped(line: str, width: int = SUMMARY_WIDTH) -> str:

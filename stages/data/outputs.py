@@ -15,6 +15,8 @@ SOURCE = "source"  # files on disk: classes or label files, folders, file count 
 NUM_CHARACTERS = "num_characters"  # text recognition: the dictionary's size (num_classes is one more: the blank)
 MAX_TEXT_LENGTH = "max_text_length"  # text recognition: the longest label, in characters
 SPLIT_RULE = "split_rule"  # in words: how the samples went to train / calibration / validation / test
+# text lines: how the validation split was sized, {"rule", "lines", "wanted", "short"} (validation_size.py)
+VALIDATION_RULE = "validation_rule"
 SKIPPED_LINES = "skipped_lines"  # text lines: each line left out, {"line", "file", "reason"}
 # In the data stage's config (not its files, not its reuse digest): the absolute folders this version's run read
 # the table's files from, {"path": ..., "test_path": ...}; a reused stage's dataset.json names another run's.
@@ -28,5 +30,6 @@ OUTPUTS = StageOutputs(
     optional_files=(SPLITS_FILE, TABLE_FILE, DICTIONARY_FILE),
     metrics=("dataset", "task", FINGERPRINT, "num_classes", "input_shape", "samples_train", SAMPLES_CALIBRATION,
              "samples_validation", "samples_test", SOURCE, PREPROCESSING, "augmentation", "skipped_images",
-             NUM_CHARACTERS, MAX_TEXT_LENGTH, SKIPPED_LINES, "squeezed_lines", SPLIT_RULE),
+             NUM_CHARACTERS, MAX_TEXT_LENGTH, SKIPPED_LINES, "squeezed_lines", SPLIT_RULE,
+             VALIDATION_RULE),
 )

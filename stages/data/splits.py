@@ -24,10 +24,11 @@ from quantgate.samples.errors import DataError
 from quantgate.samples.file_table import content_fingerprint, write_table
 from quantgate.samples.image_folders import preprocessing_record
 from quantgate.stages.data.folder_plan import FolderPlan, plan_image_folders
-from quantgate.stages.data.outputs import DATASET_FILE, SPLIT_RULE, SPLITS_FILE, TABLE_FILE
+from quantgate.stages.data.outputs import DATASET_FILE, SPLIT_RULE, SPLITS_FILE, TABLE_FILE, VALIDATION_RULE
 from quantgate.stages.data.stratify import SPLIT_NAMES, check_every_class, split_indices, split_rule
 from quantgate.stages.data.text_lines import TextPlan, plan_text_lines
 from quantgate.stages.data.text_splits import prepare_digit_strings, prepare_text_lines
+from quantgate.stages.data.validation_size import validation_rule
 
 if TYPE_CHECKING:
     from quantgate.stages.data.text_boxes import BoxPlan
@@ -163,5 +164,8 @@ def prepare_data(config: DataConfig, out_dir: Path, plan: FolderPlan | TextPlan 
     else:
         metrics = {"task": CLASSIFICATION, **_prepare_arrays(config, out_dir)}
     separate_test = bool(config.test_path or config.test_label_file)
+    if VALIDATION_RULE not in metrics:  # text lines record theirs as they are split (validation_size.py)
+        metrics[VALIDATION_RULE] = validation_rule(config, metrics["samples_validation"],
+                                                   metrics["samples_calibration"], training)
     return DataResult(metrics={"dataset": config.dataset, **metrics,
                                SPLIT_RULE: split_rule(config, training, separate_test)})

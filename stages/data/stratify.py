@@ -9,6 +9,7 @@ from sklearn.model_selection import train_test_split
 
 from quantgate.config import DataConfig
 from quantgate.samples.errors import DataError
+from quantgate.stages.data.validation_size import validation_lines, validation_share
 
 SPLIT_NAMES = ("train", "calibration", "validation", "test")
 
@@ -97,9 +98,14 @@ def check_every_class(labels: np.ndarray, indices: dict[str, np.ndarray], num_cl
             raise DataError(f"the {name} split has no samples of classes {missing}; raise data.{name}_fraction")
 
 
-def _take(indices: np.ndarray, share: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded split of `indices` into (rest, a `share` of them); at least one taken when `share` > 0."""
-    held = min(len(indices), max(1, math.ceil(share * len(indices)))) if share > 0 else 0
+def _held(size: int, share: float) -> int:
+    """How many of `size` samples a `share` takes: at least one when `share` > 0."""
+    return min(size, max(1, math.ceil(share * size))) if share > 0 else 0
+
+
+def _take(indices: np.ndarray, share: float, seed: int, held: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded split of `indices` into (rest, a `share` of them, or `held` of them when given)."""
+    held = _held(len(indices), share) if held is None else held
     order = np.random.default_rng(seed).permutation(len(indices))
     return indices[order[held:]], indices[order[:held]]
 
@@ -111,8 +117,9 @@ def _split_without_training(count: int, config: DataConfig, test_count: int) -> 
         rest, test = everything, np.arange(test_count) + count
     else:
         rest, test = _take(everything, config.test_fraction, config.seed)
-    share = config.validation_fraction * (count + test_count) / max(len(rest), 1)
-    calibration, validation = _take(rest, min(share, 1.0), config.seed + 2)
+    share = min(validation_share(config) * (count + test_count) / max(len(rest), 1), 1.0)
+    held = validation_lines(len(rest), _held(len(rest), share), config, training=False)
+    calibration, validation = _take(rest, share, config.seed + 2, held)
     indices = {"train": np.zeros(0, np.int64), "calibration": calibration, "validation": validation, "test": test}
     for name in ("calibration", "test"):
         if not len(indices[name]):
@@ -123,7 +130,9 @@ def _split_without_training(count: int, config: DataConfig, test_count: int) -> 
 
 def split_rule(config: DataConfig, training: bool, separate_test: bool) -> str:
     """In words, how the data was split into train / calibration / validation / test (for the data record)."""
-    validation = f"validation {config.validation_fraction:.0%} of all samples"
+    validation = f"validation {validation_share(config):.0%} of all samples"
+    if config.validation_by_lines:
+        validation += f" or at least {config.min_validation_lines} lines when the data allow (validation_rule)"
     if training:
         test = "test: the separate test file/folder" if separate_test else f"test {config.test_fraction:.0%}"
         return (f"{test}, calibration {config.calibration_fraction:.0%}, {validation} (taken from training), "
@@ -153,8 +162,9 @@ def plain_split(count: int, config: DataConfig, test_count: int = 0, training: b
     else:
         rest, test = _take(everything, config.test_fraction, config.seed)
         train, calibration = _take(rest, config.calibration_fraction / (1.0 - config.test_fraction), config.seed + 1)
-    share = config.validation_fraction * count / max(len(train), 1)
-    train, validation = _take(train, min(share, 1.0), config.seed + 2)
+    share = min(validation_share(config) * count / max(len(train), 1), 1.0)
+    held = validation_lines(len(train), _held(len(train), share), config, training=True)
+    train, validation = _take(train, share, config.seed + 2, held)
     indices = {"train": train, "calibration": calibration, "validation": validation, "test": test}
     for name in SPLIT_NAMES:
         if not len(indices[name]) and not (name == "validation" and config.validation_fraction == 0):

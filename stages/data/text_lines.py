@@ -31,6 +31,7 @@ from quantgate.samples.text_labels import (
 from quantgate.samples.text_reading import resized_width
 from quantgate.stages.data.locations import data_roots
 from quantgate.stages.data.stratify import SPLIT_NAMES, plain_split
+from quantgate.stages.data.validation_size import validation_rule
 
 TRAINING_DICTIONARY = "the dictionary built from the training split's labels"
 
@@ -49,6 +50,7 @@ class TextPlan:
     skipped_images: list[dict] = field(default_factory=list)  # undecodable images left out: {"file", "problem"}
     squeezed: list[str] = field(default_factory=list)  # "label_file:line" of lines squeezed to width W
     sources: dict[str, str] = field(default_factory=dict)  # a label file as lines name it -> its setting
+    validation_rule: dict = field(default_factory=dict)  # how the validation split was sized (validation_size.py)
 
     @property
     def max_text_length(self) -> int:
@@ -208,5 +210,6 @@ def plan_text_lines(config: DataConfig, state: HashState | None = None, training
                          "sha256": hashlib.sha256(Path(value).expanduser().read_bytes()).hexdigest()}
                    for key, value in settings.items()}
     sources = {str(Path(value).expanduser()): key for key, value in settings.items()}  # as LabelLine.where names them
+    rule = validation_rule(config, len(chosen["validation"]), len(chosen["calibration"]), training)
     return TextPlan(rows, characters, {"path": str(root)}, tuple(config.transforms.rec_image_shape), label_files,
-                    dictionary, skipped, skipped_images, squeezed, sources)
+                    dictionary, skipped, skipped_images, squeezed, sources, rule)

@@ -25,6 +25,7 @@ from quantgate.stages.data.outputs import (
     SOURCE,
     SPLITS_FILE,
     TABLE_FILE,
+    VALIDATION_RULE,
 )
 from quantgate.stages.data.stratify import SPLIT_NAMES
 from quantgate.stages.data.text_lines import TextPlan
@@ -79,6 +80,7 @@ def prepare_text_lines(config: DataConfig, out_dir: Path, plan: TextPlan) -> tup
         SKIPPED_LINES: plan.skipped,
         "skipped_images": plan.skipped_images,
         "squeezed_lines": plan.squeezed,
+        VALIDATION_RULE: plan.validation_rule,
     }
 
 
