@@ -44,6 +44,7 @@ from onnxruntime.quantization.calibrate import TensorsData, save_tensors_data
 
 from quantgate.int8.affine_absorption import absorb_scalar_affines
 from quantgate.int8.errors import ConversionError
+from quantgate.int8.float_groups import without_feeding_grids
 from quantgate.int8.float_layers import read_float_inputs, shield_from_weight_quantization
 from quantgate.int8.integer_hardswish import integer_hardswish
 from quantgate.int8.onnx_ops import drop_unused_initializers, integer_op_counts
@@ -181,6 +182,7 @@ class Lowering:
 
     weight_bits: int = 8
     hardswish_grids: bool = False
+    float_groups: bool = True  # an FP32 layer's group (the grids that only feed it) stays float: `float_groups`
 
     def options(self) -> dict:
         return dataclasses.asdict(self)
@@ -189,7 +191,7 @@ class Lowering:
 def lower_int8(
     raw_int8_onnx: Path, out_onnx: Path, fold_activations: bool = True, paddle_model_prefix: Path | None = None,
     absorb_affines: bool = True, hardswish_in_integers: bool = True, weight_bits: int = 8,
-    hardswish_grids: bool = False,
+    hardswish_grids: bool = False, float_groups: bool = True,
 ) -> LoweringResult:
     """Re-encode paddle2onnx's INT8 model (PaddleSlim's scales) as uint8/int8 QDQ onnxruntime fuses.
 
@@ -203,7 +205,9 @@ def lower_int8(
     only to measure what each gains). `weight_bits=7` requantizes the conv/matmul weights to [-64, 63] for
     CPUs whose u8 x s8 kernels saturate (`weight_range.onnxruntime_weight_bits` decides it for a CPU).
     `hardswish_grids` rebuilds the grid of an affine after a HardSwish that no other absorption takes (see
-    `affine_absorption`): off by default, measured in benchmarks/lowering_patterns.py.
+    `affine_absorption`): off by default, measured in benchmarks/lowering_patterns.py. `float_groups` leaves float
+    the grids that only feed a layer PaddleSlim left in FP32 (`float_groups.without_feeding_grids`): on by default,
+    off only to measure what a bare skip list does.
 
     Raises:
         ConversionError: the model's Q/DQ pattern is not understood, or onnxruntime's quantizer
@@ -212,7 +216,7 @@ def lower_int8(
     program_scales = paddle_program_scales(paddle_model_prefix) if paddle_model_prefix is not None else None
     return lower_int8_model(onnx.load(str(raw_int8_onnx)), out_onnx, program_scales, fold_activations,
                             Path(raw_int8_onnx).name, absorb_affines, hardswish_in_integers, weight_bits,
-                            hardswish_grids)
+                            hardswish_grids, float_groups)
 
 
 def _with_propagated_scales(quantization: PaddleQuantization) -> tuple[PaddleQuantization, PropagatedScales]:
@@ -297,11 +301,14 @@ def _lowering_metrics(quantization: PaddleQuantization, propagated: PropagatedSc
 def lower_int8_model(raw: onnx.ModelProto, out_onnx: Path, program_scales: WeightScales | None = None,
                      fold_activations: bool = True, name: str = "the model",
                      absorb_affines: bool = True, hardswish_in_integers: bool = True,
-                     weight_bits: int = 8, hardswish_grids: bool = False) -> LoweringResult:
+                     weight_bits: int = 8, hardswish_grids: bool = False,
+                     float_groups: bool = True) -> LoweringResult:
     """`lower_int8` on a loaded paddle2onnx model and PaddleSlim's program scales (`paddle_program_scales`)."""
     if weight_bits not in (7, 8):
         raise ValueError(f"weight_bits must be 7 or 8, not {weight_bits!r}")
     quantization, propagated = _with_propagated_scales(read_paddle_quantization(raw, program_scales))
+    if float_groups:
+        quantization, grids = without_feeding_grids(quantization)
     folded = set(folded_activations(quantization)) if fold_activations else set()
     nodes = _nodes_to_quantize(quantization, fold_activations, folded)
     if not nodes:
@@ -326,4 +333,5 @@ def lower_int8_model(raw: onnx.ModelProto, out_onnx: Path, program_scales: Weigh
     metrics["absorbed_affines"] = absorbed.as_metrics() if absorbed is not None else None
     metrics["integer_hardswish"] = hardswishes
     metrics["weight_bits"], metrics["reduced_range_weights"] = weight_bits, reduced
+    metrics["float_group_grids"] = grids if float_groups else None
     return LoweringResult(metrics=metrics)

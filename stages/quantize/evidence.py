@@ -20,6 +20,11 @@ Comparing every trial with the one reference, not each with the last winner, kee
 trial the evidence shows worse than the best-reading one cannot come back by being close to FP32 in output.
 Trials without per-sample outcomes (scripted tests, a record read back) are judged on the drop instead: more
 than SAMPLES_TO_TELL samples behind the smallest drop is out; each decision says which evidence it used.
+
+A trial judged in several runtimes (`runtime_checks`) keeps one runtime's per-sample outcomes: the binding one's,
+the runtime that lost the most accuracy against its own FP32 (onnxruntime on a tie; named in its validation's
+`outcomes_runtime`). McNemar then pairs what each trial reads right where it is weakest, which is where the gate
+would fail it. The drop, the distance and the speed-up it reads stay onnxruntime's (the trial's top-level numbers).
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ class Candidate(Protocol):
     float_layers: list[str]
     validation: dict
     speedup_int8_vs_fp32: float
-    outcomes: np.ndarray | None  # per validation sample: read right (validation_check.ValidationCheck.score_samples)
+    outcomes: np.ndarray | None  # per validation sample: read right in the binding runtime (see the module docstring)
 
 
 def closest_to_fp32(trial: Candidate) -> tuple:

@@ -4,6 +4,11 @@ The base trial is the recipe closest to FP32. Its layers are ranked by what leav
 in FP32 gives back (`layer_sensitivity.rank_layers`); a set of fall-backs is judged by the
 estimate (`FallbackEstimator`, no PaddleSlim run) before a real trial confirms it. A layer whose
 fall-back cannot be assembled from the base calibration is measured by a PaddleSlim run instead.
+
+A fall-back is a group: the layer and the grids that only feed it (`groups`). An AdaRound base is ranked and
+estimated on its nearest-rounding twin (the same recipe, rounding 'nearest'): AdaRound moves codes off the
+rounding of the float weight, so its layers' float weights could not be matched and each would cost a
+PaddleSlim run; the twin has the same grids, and the real trials still fit with AdaRound.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ class FallbackRanking:
 
     def __init__(self, runner: TrialRunner, base: Trial, base_settings: QuantizeConfig):
         self.runner, self.base, self.base_settings = runner, base, base_settings
+        # What the ranking and the estimates start from: the base, or an AdaRound base's nearest-rounding twin.
+        self.twin_settings = (base_settings.with_recipe(QuantizeRecipe(rounding="nearest"))
+                              if base_settings.rounding == "adaptive" else None)
         self._layers: list[str] | None = None  # the layers PaddleSlim quantized in the base trial
         self._float_weights: dict | None = None  # every layer's float weight, from PaddleSlim with all skipped
         self._estimators: dict[tuple[str, ...], FallbackEstimator | None] = {}
@@ -44,13 +52,14 @@ class FallbackRanking:
 
     def _calibration_skipping(self, layers: tuple[str, ...]) -> Path:
         """PaddleSlim's model for the base recipe with `layers` left in FP32 (cached like any calibration)."""
-        return self.runner.calibrate(self.base_settings.with_recipe(QuantizeRecipe(), layers))[0]
+        settings = self.twin_settings or self.base_settings
+        return self.runner.calibrate(settings.with_recipe(QuantizeRecipe(), layers))[0]
 
     def _float_model(self, layers: tuple[str, ...]) -> Path:
         """PaddleSlim's model with every one of `layers` skipped: only its float weights are read, and no recipe
         changes those, so it calibrates with 'abs_max', which needs the statistics' first pass only (with the base
         recipe, PaddleSlim's own 'mse' once spent 22 min here on PP-OCRv4's recognizer for scales nobody reads)."""
-        cheapest = QuantizeRecipe(algo="abs_max", bias_correction=False)
+        cheapest = QuantizeRecipe(algo="abs_max", bias_correction=False, rounding="nearest")  # nothing to fit
         return self.runner.calibrate(self.base_settings.with_recipe(cheapest, layers), allow_float=True)[0]
 
     def estimator(self, skipped: tuple[str, ...] = ()) -> FallbackEstimator | None:
@@ -66,7 +75,7 @@ class FallbackRanking:
             if self._float_weights is None:
                 self._float_weights = float_weights(self._float_model(tuple(layers)))
             calibration, raw = self.base.folder, self.base.paddle2onnx_file
-            if skipped:
+            if skipped or self.twin_settings is not None:
                 calibration = self._calibration_skipping(skipped)
                 raw = self.runner.scratch / f"estimate-base-{len(self._estimators)}.onnx"
                 to_onnx(calibration / MODEL_FILE, calibration / PARAMS_FILE, raw)
@@ -81,6 +90,19 @@ class FallbackRanking:
             estimator = None
         self._estimators[skipped] = estimator
         return estimator
+
+    def groups(self, layers: list[str]) -> dict[str, list[str]]:
+        """Per layer, the grids its fall-back reverts with it (its group besides the layer); {} without estimates."""
+        estimator = self.estimator()
+        if estimator is None:
+            return {}
+        return {layer: estimator.group_grids(layer) for layer in layers}
+
+    def _baseline(self, estimator: FallbackEstimator | None) -> dict:
+        """The scores fall-backs are ranked against: the base trial's, or its nearest-rounding twin's."""
+        if self.twin_settings is None or estimator is None:
+            return self.base.validation
+        return estimator.score(())
 
     def sensitivity(self, estimator: FallbackEstimator | None) -> tuple[list[dict], bool]:
         """The base trial's layers, most sensitive first; cached by calibration inputs and validation data."""
@@ -103,7 +125,7 @@ class FallbackRanking:
 
         # The ranking may use half of the time left; the fall-back trials need the rest.
         deadline = time.monotonic() + (runner.budget.timeout_s - runner.elapsed_s()) / 2
-        ranking, completeness = rank_layers(layers, score_without, self.base.validation, deadline)
+        ranking, completeness = rank_layers(layers, score_without, self._baseline(estimator), deadline)
         if runner.cache is not None and completeness == "complete":
             with runner.cache.fill(digest) as folder:
                 (folder / "ranking.json").write_text(json.dumps(ranking, sort_keys=True, indent=2) + "\n")
@@ -129,11 +151,3 @@ class FallbackRanking:
         live(log, "search estimate, %d FP32 layers: drop %.2f pts, agreement %.4f -> %s", len(float_layers),
                   validation["accuracy_drop_pts"], validation["agreement"], "passes" if not failures else "misses")
         return not failures
-
-    def fewest_float_layers(self, order: list[str], limit: int) -> int:
-        """The fewest leading layers of `order` whose FP32 fall-back the estimate says passes (else `limit`)."""
-        for count in range(1, limit + 1):
-            verdict = self.estimate(order[:count])
-            if verdict is None or verdict:
-                return count  # passes, or from here on only real trials can tell
-        return limit

@@ -10,6 +10,10 @@ convert stage does (`lower_int8_model`) and score it on the validation split (ab
 MobileNetV2, where a PaddleSlim run takes half a minute). `FallbackEstimator` does that; the
 search ranks layers with it (drop-one-layer, as NNCF's accuracy control does) and uses it to pick
 how many to fall back before it runs the real PaddleSlim trial that confirms the choice.
+
+A fall-back reverts a *group*: the layer and the grids that only feed it (`quantgate.int8.float_groups`). The
+lowering drops those grids wherever a layer is FP32, in the real trial and in the estimate alike, so the
+estimate needs no more than the float weights; `FallbackEstimator.group_grids` names them.
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
+from quantgate.int8.float_groups import feeding_grids
 from quantgate.int8.lower_int8 import Lowering, lower_int8, lower_int8_model
 from quantgate.int8.onnx_conversion import to_onnx
-from quantgate.int8.paddle_quantization import LAYER_OPS, paddle_program_scales
+from quantgate.int8.paddle_quantization import LAYER_OPS, paddle_program_scales, read_paddle_quantization
+from quantgate.int8.scale_propagation import propagate_scales
 from quantgate.progress import live
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.quantize.validation_check import ValidationCheck
@@ -175,6 +181,16 @@ class FallbackEstimator:
         scales = {name: value for name, value in self.scales.items() if name not in float_layers}
         lower_int8_model(raw, out_onnx, scales, name="the fall-back estimate", **self.lowering.options())
         return out_onnx
+
+    def group_grids(self, layer: str) -> list[str]:
+        """The activation grids `layer`'s FP32 fall-back drops with it (its group, besides the layer), read off the
+        base model as the lowering reads them; empty where the lowering leaves them (`Lowering.float_groups` off)."""
+        if not self.lowering.float_groups:
+            return []
+        quantization = read_paddle_quantization(
+            self.base, {name: value for name, value in self.scales.items() if name != layer})
+        scales = propagate_scales(quantization.float_model, quantization.activation_scales).activation_scales
+        return feeding_grids(quantization.float_model.graph, (layer,), scales).get(layer, [])
 
     def score(self, float_layers: Iterable[str]) -> dict:
         """Validation scores with `float_layers` in FP32. No images are held here: `ValidationCheck` streams

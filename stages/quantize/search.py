@@ -11,12 +11,14 @@ accuracy on the validation split and latency against FP32, judged by the gate's 
 2. if none passes and `quantize.search.recovery` is set (off by default): the recipe closest to FP32 once more
    with AdaRound (`adaround`), every layer still in INT8. It is off because on PP-OCRv4's recognizer it gained
    0.5 pt on one calibration split and lost 1.4 on another (paired p 0.02; docs/search.md); a setting still.
-3. if that misses too (or did not run): the layers of the closest trial ranked by sensitivity
-   (`layer_sensitivity`: each layer's FP32 fall-back estimated without a PaddleSlim run), and the most
-   sensitive ones left in FP32 (PaddleSlim's skip_tensor_list). The estimate picks the fewest leading layers that pass;
-   a real PaddleSlim trial confirms it, one more layer per trial if it does not, until the policy
-   holds or `max_float_layers` is reached (with recovery's settings, each of these trials fits again);
-4. once a fall-back set passes: each of its layers is tried back in INT8 (least sensitive
+3. if that misses too (or did not run): groups of the closest trial reverted to FP32 (`fallback_groups`): a
+   group is a layer (PaddleSlim's skip_tensor_list) and the grids that only feed it (the lowering drops them),
+   ranked by estimates without a PaddleSlim run (`layer_sensitivity`; an AdaRound base on its nearest-rounding
+   twin), reverted greedily with one real trial per revert, a revert undone when it does not bring the model
+   closer to FP32, until a set passes, the estimate says reverting every remaining group cannot reach the
+   policy, `max_float_layers` groups are in FP32, or the budget ends (with recovery's settings, each of these
+   trials fits again);
+4. once a fall-back set passes: each of its groups is tried back in INT8 (least sensitive
    first) and stays INT8 if the policy still holds; a set the estimate already fails costs no
    trial. These trials also measure what each FP32 layer costs in speed.
 
@@ -55,6 +57,7 @@ from quantgate.memory import BATCHES_KEY
 from quantgate.samples.reading import open_data
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.quantize import evidence
+from quantgate.stages.quantize.fallback_groups import candidates, revert_groups
 from quantgate.stages.quantize.fallback_ranking import FallbackRanking
 from quantgate.stages.quantize.memory_fit import CALIBRATION_LOOP, calibration_choice, choice_record, fitted
 from quantgate.stages.quantize.outputs import SEARCH
@@ -172,7 +175,7 @@ def _run(runner: TrialRunner) -> SearchOutcome:
     fallbacks = FallbackRanking(runner, base, runner.config.with_recipe(QuantizeRecipe(**base.recipe)))
     estimator = fallbacks.estimator()
     ranking, cached = fallbacks.sensitivity(estimator)
-    stopped = _fall_back(runner, fallbacks, ranking, estimable=estimator is not None)
+    stopped = _fall_back(runner, fallbacks, ranking)
     return SearchOutcome(stopped, ranking, cached, fallbacks.estimates)
 
 
@@ -219,32 +222,31 @@ def _recover(runner: TrialRunner) -> str | None:
     return "passed after recovery (AdaRound), every layer in INT8" if trial.passed else None
 
 
-def _fall_back(runner: TrialRunner, fallbacks: FallbackRanking, ranking: list[dict], estimable: bool) -> str:
-    """Phase 3: the most sensitive layers in FP32, one more per trial, until one passes; then phase 4."""
-    order = [entry["layer"] for entry in ranking if entry["measured"]]
-    if not order:
+def _fall_back(runner: TrialRunner, fallbacks: FallbackRanking, ranking: list[dict]) -> str:
+    """Phase 3: groups reverted to FP32 greedily until a set passes (`fallback_groups`); then phase 4."""
+    if not any(entry["measured"] for entry in ranking):
         return ("no recipe passed, and the time left ran out before any layer was ranked for an FP32 fall-back "
                 "(raise quantize.search.timeout_s)" if ranking else "no recipe passed, and no layer can fall back")
-    limit = min(runner.config.search.max_float_layers, len(order) - 1)  # at least one layer stays INT8
-    start = 1 if not estimable or limit < 1 else fallbacks.fewest_float_layers(order, limit)
-    for count in range(start, limit + 1):
-        if (why := runner.exhausted()) is not None:
-            return why
-        trial = runner.run_trial("fall-back", fallbacks.base_settings, tuple(order[:count]))
-        if trial.passed:
-            return _restore_int8_layers(runner, fallbacks, trial)
-    return f"no recipe passed, nor {limit} FP32 fall-backs"
+    order = candidates(ranking)
+    if not order:
+        return ("no recipe passed, and no group's FP32 fall-back brings the model closer to FP32 by the estimate: "
+                "reverting cannot reach the policy")
+    limit = min(runner.config.search.max_float_layers, len(fallbacks.layers()) - 1)  # one layer at least stays INT8
+    passing, stopped = revert_groups(runner, fallbacks, order, limit)
+    return stopped if passing is None else _restore_int8_layers(runner, fallbacks, passing)
 
 
 def _restore_int8_layers(runner: TrialRunner, fallbacks: FallbackRanking, passing: Trial) -> str:
-    """Phase 4: each FP32 layer of the passing set back in INT8, kept there if the policy still holds."""
+    """Phase 4: each FP32 group of the passing set back in INT8, kept there if the policy still holds."""
     float_layers = list(passing.float_layers)
+    groups = passing.float_groups or {}
     for layer in reversed(passing.float_layers[:-1]):  # least sensitive first; the last one was just needed
         if (why := runner.exhausted()) is not None:
-            return f"passed; restoring stopped: {why}"
+            return f"passed with FP32 groups {', '.join(float_layers)}; restoring stopped: {why}"
         fewer = tuple(name for name in float_layers if name != layer)
         if fallbacks.estimate(list(fewer)) is False:
             continue  # the estimate already says it misses: no PaddleSlim run for it
-        if runner.run_trial("restore", fallbacks.base_settings, fewer).passed:
+        if runner.run_trial("restore", fallbacks.base_settings, fewer,
+                            {name: groups.get(name, []) for name in fewer}).passed:
             float_layers = list(fewer)
-    return "passed with FP32 fall-backs"
+    return f"passed with FP32 groups {', '.join(float_layers)}"

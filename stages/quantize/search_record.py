@@ -93,6 +93,9 @@ def next_step(config: QuantizeConfig, trials: list[Trial], stopped: str) -> str:
     if "timeout" in stopped or "max_trials" in stopped:
         return (f"more trials: raise quantize.search.timeout_s ({search.timeout_s:g} s) or max_trials "
                 f"({search.max_trials}); a trial took {each:.0f} s on average here")
+    if "cannot reach the policy" in stopped:  # the fall-back estimate's verdict: more FP32 groups would not do
+        return ("no more FP32 groups: by the estimate, even every remaining ranked group in FP32 misses the policy; "
+                "another recipe (quantize.search.recipes), recovery, or a looser policy")
     if search.recovery is False and not any(trial.phase == "recovery" for trial in trials):
         return ("recovery: set quantize.search.recovery true (AdaRound on the closest recipe: one trial, the "
                 f"recipes' {max(trial.seconds for trial in trials):.0f} s plus its fitting)")

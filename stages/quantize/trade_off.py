@@ -1,7 +1,8 @@
 """The trade-off the search measured: every candidate's accuracy drop against its speed-up (the frontier), which of
 them no other candidate beats on both (Pareto-optimal), and one sentence saying what the policy cost.
 
-Read from the trials, all on the validation split and judged in onnxruntime, the runtime the search measures in.
+Read from the trials' onnxruntime numbers (their top level), all on the validation split; each trial's pass or miss is
+its verdict in every runtime it was judged in (`runtime_checks`).
 A trial's fields that not every trial has (`speedup_batch1`, `latency_batch_size`, the drop's interval: none for
 a detector's hmean, none in a trial recorded before they were measured) are recorded as None when absent.
 """

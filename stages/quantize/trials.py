@@ -1,5 +1,9 @@
 """The search's trials: one PaddleSlim calibration, lowered and judged on the validation split, within a budget.
 
+A candidate INT8 model is judged in one place, `TrialRunner.judge`, whoever produced it (`runtime_checks.Candidate`:
+PaddleSlim's calibration and the lowering are one producer, `paddleslim_candidate`), in every runtime the gate
+judges (`runtime_checks`): it passes only where it passes in each, against that runtime's own FP32.
+
 One trial = PaddleSlim calibration with one recipe and skip list -> paddle2onnx -> the lowering ->
 accuracy on the validation split and latency against FP32, judged by the gate's own criteria
 (`validation_check`). Calibrations are keyed by a digest of everything that decides them, so a
@@ -32,7 +36,6 @@ from quantgate.config import EvaluateConfig, GatePolicy, QuantizeConfig, Quantiz
 from quantgate.int8.lower_int8 import Lowering
 from quantgate.int8.onnx_conversion import to_onnx
 from quantgate.progress import live
-from quantgate.runtimes.forms import ModelForm
 from quantgate.runtimes.latency import measure_batch_sizes
 from quantgate.runtimes.memory_fit import RUNNER_CEILING, runners_batch
 from quantgate.samples.reading import open_data
@@ -43,9 +46,16 @@ from quantgate.stages.quantize.calibration import STATISTIC_ALGOS, Statistics
 from quantgate.stages.quantize.layer_sensitivity import lowered_model
 from quantgate.stages.quantize.memory_fit import calibration_choice, fitted
 from quantgate.stages.quantize.ptq import QuantizationError, calibration_batches, calibration_rows, quantize_with_data
-from quantgate.stages.quantize.validation_check import ValidationCheck, policy_failures
+from quantgate.stages.quantize.runtime_checks import (
+    Candidate,
+    RuntimeChecks,
+    judged_runtimes,
+    runner_forms,
+    runtime_line,
+)
 
 VALIDATION_LOOP = "search validation"
+PADDLESLIM = "paddleslim"  # the producer of the candidates PaddleSlim calibrated (`Candidate.producer`)
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +103,11 @@ class Trial:
     latency_ms_p50_fp32_batch1: float | None = None  # both timed at batch 1 too, in the same process
     latency_ms_p50_int8_batch1: float | None = None
     speedup_batch1: float | None = None
+    producer: str = PADDLESLIM  # who produced its INT8 model (`Candidate.producer`)
     # Per validation sample: INT8 read it right (`ValidationCheck.score_samples`); what McNemar pairs between trials.
     outcomes: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # Per FP32 layer, the grids its group reverted with it (fallback_groups); None outside the fall-back phases.
+    float_groups: dict[str, list[str]] | None = None
 
     def record(self) -> dict:
         return {key: value for key, value in asdict(self).items()
@@ -177,15 +190,15 @@ class TrialRunner:
         self.config = trial_settings(config, self.data.size("calibration"))
         self.fp32_onnx = scratch / "fp32.onnx"
         to_onnx(self.model_dir / MODEL_FILE, self.model_dir / PARAMS_FILE, self.fp32_onnx)
-        # Trials' INT8 models are the FP32 network's twins: the FP32 ONNX model stands for both in the estimate.
-        fp32_form = ModelForm(self.fp32_onnx, False, self.fp32_onnx.name, "quantize")
+        judged, _ = judged_runtimes(policy, evaluate_config.runtimes, self.data.task.name)
         self.validation_batch = runners_batch(
-            VALIDATION_LOOP, {(ONNXRUNTIME, "fp32"): fp32_form, (ONNXRUNTIME, "int8"): fp32_form},
-            tuple(self.data.input_shape), evaluate_config.threads, requested=evaluate_config.batch_size,
-            ceiling=RUNNER_CEILING, setting="evaluate.batch_size",
-            subject=f"the FP32 and a trial's INT8 model in onnxruntime on inputs of {self.data.input_shape}")
-        self.check = ValidationCheck(self.fp32_onnx, self.data, evaluate_config.threads,
-                                     self.validation_batch.batch_size, num_workers)
+            VALIDATION_LOOP, runner_forms(judged, self.fp32_onnx, self.model_dir), tuple(self.data.input_shape),
+            evaluate_config.threads, requested=evaluate_config.batch_size, ceiling=RUNNER_CEILING,
+            setting="evaluate.batch_size", subject=f"the FP32 and a trial's INT8 model in {', '.join(judged)} on "
+                                                   f"inputs of {self.data.input_shape}")
+        self.checks = RuntimeChecks(policy, evaluate_config.runtimes, self.fp32_onnx, self.model_dir, self.data,
+                                    evaluate_config.threads, self.validation_batch.batch_size, num_workers)
+        self.check = self.checks.check(ONNXRUNTIME)  # the fall-back estimates score in onnxruntime alone
         self.latency_batch = self.data.array("validation", limit=evaluate_config.latency_batch_size)[0]
         self.threads, self.lowering = evaluate_config.threads, lowering
         # The splits' digests stand for their pixels: rows, file hashes and transforms decide them.
@@ -276,10 +289,13 @@ class TrialRunner:
             with self.cache.fill(content_digest(digest)) as staging:
                 statistics.save(staging, with_histograms=statistics.histograms is not None)
 
-    def run_trial(self, phase: str, recipe_settings: QuantizeConfig, float_layers: tuple[str, ...]) -> Trial:
-        """One trial of the budget: `recipe_settings` with `float_layers` in FP32, calibrated, lowered and judged."""
+    def run_trial(self, phase: str, recipe_settings: QuantizeConfig, float_layers: tuple[str, ...],
+                  float_groups: dict[str, list[str]] | None = None) -> Trial:
+        """One trial of the budget: `recipe_settings` with `float_layers` in FP32, calibrated, lowered and judged;
+        `float_groups`: per FP32 layer, the grids the lowering reverts with it (recorded on the trial)."""
         trial = self._judged(len(self.trials) + 1, phase, recipe_settings.with_recipe(QuantizeRecipe(), float_layers),
                              float_layers)
+        trial.float_groups = float_groups
         self.trials.append(trial)
         return trial
 
@@ -295,6 +311,10 @@ class TrialRunner:
         return self._judged(len(self.trials) + 1, "final", settings, tuple(kept.float_layers))
 
     def _judged(self, index: int, phase: str, settings: QuantizeConfig, float_layers: tuple[str, ...]) -> Trial:
+        return self.judge(index, phase, self.paddleslim_candidate(index, settings, float_layers))
+
+    def paddleslim_candidate(self, index: int, settings: QuantizeConfig, float_layers: tuple[str, ...]) -> Candidate:
+        """The producer PaddleSlim is: `settings` calibrated (or taken from the cache), converted and lowered."""
         started = time.monotonic()
         calibration, digest, cached = self.calibrate(settings)
         calibration_s = time.monotonic() - started
@@ -302,30 +322,44 @@ class TrialRunner:
         folder = self.scratch / f"trial-{index:03d}"
         folder.mkdir()
         raw = lowered_model(calibration, folder / "int8.onnx", self.lowering)
-        validation, outcomes = self.check.score_samples(folder / "int8.onnx")
+        return Candidate(
+            int8_onnx=folder / "int8.onnx", program=calibration, recipe=_recipe_record(settings),
+            float_layers=tuple(float_layers), calibration_samples=calibrated["calibration_samples"],
+            calibration_digest=digest, calibration_s=calibration_s, produced_s=time.monotonic() - started,
+            producer=PADDLESLIM, calibration_cached=cached,
+            statistics_reused=bool(calibrated.get("calibration_statistics_reused")), unlowered_onnx=raw)
+
+    def judge(self, index: int, phase: str, candidate: Candidate) -> Trial:
+        """`candidate` judged as trial `index` of `phase`, whoever produced it: accuracy in every judged runtime
+        against its own FP32 (`runtime_checks`), latency against FP32, and the policy's verdict. Not added to
+        `trials` (`run_trial` does that for the budget's trials)."""
+        started = time.monotonic()
         size = len(self.latency_batch)
-        timed = measure_batch_sizes({"fp32": self.fp32_onnx, "int8": folder / "int8.onnx"}, self.latency_batch,
+        timed = measure_batch_sizes({"fp32": self.fp32_onnx, "int8": candidate.int8_onnx}, self.latency_batch,
                                     tuple(dict.fromkeys((size, 1))), self.threads, self.budget.latency_repeats)
         latency, batch1 = timed[size], timed[1]
-        metrics = {**validation, "speedup_int8_vs_fp32": latency["fp32"]["p50"] / latency["int8"]["p50"],
-                   "latency_ms_p50_fp32": latency["fp32"]["p50"], "latency_ms_p50_int8": latency["int8"]["p50"]}
-        failures = policy_failures(self.policy, metrics)
+        validation, failures, outcomes = self.checks.judge(
+            candidate, {"fp32": latency["fp32"]["p50"], "int8": latency["int8"]["p50"]}, self.latency_batch,
+            self.budget.latency_repeats)
         trial = Trial(
-            index=index, phase=phase, recipe=_recipe_record(settings), float_layers=list(float_layers),
+            index=index, phase=phase, recipe=dict(candidate.recipe), float_layers=list(candidate.float_layers),
             validation=validation, passed=not failures, failures=failures,
             latency_ms_p50_fp32=latency["fp32"]["p50"], latency_ms_p50_int8=latency["int8"]["p50"],
-            speedup_int8_vs_fp32=metrics["speedup_int8_vs_fp32"], seconds=time.monotonic() - started,
-            calibration_cached=cached, calibration_digest=digest, calibration_samples=calibrated["calibration_samples"],
-            calibration_s=calibration_s, statistics_reused=bool(calibrated.get("calibration_statistics_reused")),
-            folder=calibration, paddle2onnx_file=raw, latency_batch_size=size,
+            speedup_int8_vs_fp32=latency["fp32"]["p50"] / latency["int8"]["p50"],
+            seconds=candidate.produced_s + time.monotonic() - started, calibration_cached=candidate.calibration_cached,
+            calibration_digest=candidate.calibration_digest, calibration_samples=candidate.calibration_samples,
+            calibration_s=candidate.calibration_s, statistics_reused=candidate.statistics_reused,
+            folder=candidate.int8_onnx.parent if candidate.program is None else candidate.program,
+            paddle2onnx_file=candidate.unlowered_onnx or candidate.int8_onnx, latency_batch_size=size,
             latency_ms_p50_fp32_batch1=batch1["fp32"]["p50"], latency_ms_p50_int8_batch1=batch1["int8"]["p50"],
-            speedup_batch1=batch1["fp32"]["p50"] / batch1["int8"]["p50"], outcomes=outcomes,
+            speedup_batch1=batch1["fp32"]["p50"] / batch1["int8"]["p50"], producer=candidate.producer,
+            outcomes=outcomes,
         )
-        live(log, "search %s (%s, %s, %d FP32 layers, %d samples): drop %.2f pts, agreement %.4f, %.2fx -> %s; %s",
+        live(log, "search %s (%s, %s, %d FP32 layers, %d samples): drop %.2f pts%s, agreement %.4f, %.2fx -> %s; %s",
              "final calibration" if phase == "final" else f"trial {index}", phase, trial.recipe["algo"],
-             len(float_layers), trial.calibration_samples, validation["accuracy_drop_pts"], validation["agreement"],
-             trial.speedup_int8_vs_fp32, "passes" if trial.passed else "misses",
-             self.budget_line(trial.seconds, len(self.trials) + (phase != "final")))
+             len(trial.float_layers), trial.calibration_samples, validation["accuracy_drop_pts"],
+             runtime_line(validation), validation["agreement"], trial.speedup_int8_vs_fp32,
+             "passes" if trial.passed else "misses", self.budget_line(trial.seconds, len(self.trials) + (phase != "final")))
         return trial
 
     def budget_line(self, seconds: float, trials_done: int) -> str:

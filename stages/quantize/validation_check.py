@@ -1,5 +1,10 @@
 """The gate's accuracy rules, applied on the validation split: how the INT8 search judges a candidate
-without looking at the test split the gate will read."""
+without looking at the test split the gate will read.
+
+A `ValidationCheck` scores in one runtime (onnxruntime unless told otherwise), against that runtime's own FP32
+outputs, as the gate compares INT8 and FP32 in the same runtime; `runtime_checks` holds one per runtime the gate
+judges.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +16,9 @@ from scipy.stats import binomtest, norm
 
 from quantgate.config import GatePolicy
 from quantgate.policy.decision import decide
-from quantgate.runtimes.latency import session
+from quantgate.runtimes.forms import ModelForm, open_runner
 from quantgate.samples.reading import StoredData
-from quantgate.stages.evaluate.outputs import TASK
+from quantgate.stages.evaluate.outputs import ONNXRUNTIME, TASK
 from quantgate.stages.quantize.evidence import KL_DISTANCE
 from quantgate.tasks import CLASSIFICATION, TEXT_RECOGNITION
 
@@ -31,8 +36,13 @@ PROBABILITY_FLOOR = 1e-7  # log() of a probability that INT8 or FP32 put at 0
 Z95 = float(norm.ppf(0.975))
 
 
+def onnx_form(model: Path | ModelForm, int8: bool) -> ModelForm:
+    """`model` as a runtime loads it: an ONNX file given as a path becomes a form of the quantize stage's."""
+    return model if isinstance(model, ModelForm) else ModelForm(Path(model), int8, Path(model).name, "quantize")
+
+
 class ValidationCheck:
-    """FP32 outputs on the validation split, computed once; `score` compares an INT8 model with them.
+    """FP32 outputs on the validation split in one runtime, computed once; `score` compares an INT8 model with them.
 
     The images are streamed batch by batch for every model scored (image folders are decoded again each
     time); only per-image bookkeeping (references, FP32 outputs and predictions) is kept. Outputs are
@@ -41,15 +51,22 @@ class ValidationCheck:
     INT8 batch instead of held.
     """
 
-    def __init__(self, fp32_onnx: Path, data: StoredData, threads: int, batch_size: int, num_workers: int = 0):
-        """Raises: ValueError: the validation split is empty; DataChanged: an image changed since the data stage."""
+    def __init__(self, fp32_onnx: Path | ModelForm, data: StoredData, threads: int, batch_size: int,
+                 num_workers: int = 0, runtime: str = ONNXRUNTIME):
+        """`fp32_onnx`: the FP32 model as `runtime` runs it (an ONNX file, or a form: a Paddle program's folder for
+        paddle_inference).
+
+        Raises: ValueError: the validation split is empty; DataChanged: an image changed since the data stage;
+        RuntimeCannotRun: `runtime` cannot run the FP32 model.
+        """
         self.task, self.labels = data.task, data.references("validation")
         if len(self.labels) == 0:
             raise ValueError("the validation split is empty; set data.validation_fraction")
         self.data, self.threads, self.batch_size, self.num_workers = data, threads, batch_size, num_workers
-        self.fp32_onnx = fp32_onnx
+        self.runtime, self.fp32_form = runtime, onnx_form(fp32_onnx, False)
+        self.fp32_onnx = self.fp32_form.path
         fp32_logits, fp32_predicted, squares, count = [], [], 0.0, 0
-        for logits, labels, _ in self._batch_logits(fp32_onnx):
+        for logits, labels, _ in self._batch_logits(self.fp32_form):
             fp32_predicted.append(self.task.predict(logits, labels))
             if self.task.keeps_outputs:
                 fp32_logits.append(logits)
@@ -68,12 +85,13 @@ class ValidationCheck:
         self._fp32_logit_variance = float(np.var(self.fp32_logits)) if self.fp32_logits is not None else \
             squares / max(count, 1)
 
-    def _batch_logits(self, onnx_file: Path):
-        """(logits, batch labels, row slice) of each validation batch, in order."""
-        model = session(onnx_file, self.threads)
-        name, start = model.get_inputs()[0].name, 0
+    def _batch_logits(self, form: ModelForm):
+        """(logits, batch labels, row slice) of each validation batch, in order, run in this check's runtime (which
+        compiles OpenVINO for the batch shape and pads the last, shorter batch)."""
+        runner = open_runner(self.runtime, form, self.threads, (self.batch_size, *self.data.input_shape))
+        start = 0
         for images, labels in self.data.batches("validation", self.batch_size, self.num_workers):
-            yield model.run(None, {name: images})[0], labels, slice(start, start + len(images))
+            yield np.asarray(runner(images)), labels, slice(start, start + len(images))
             start += len(images)
 
     def _fp32_batches(self):
@@ -81,7 +99,7 @@ class ValidationCheck:
         if self.fp32_logits is not None:
             while True:
                 yield None
-        yield from (logits for logits, _, _ in self._batch_logits(self.fp32_onnx))
+        yield from (logits for logits, _, _ in self._batch_logits(self.fp32_form))
 
     def _log_probabilities(self, outputs: np.ndarray) -> np.ndarray:
         """Per-frame log-distributions of `outputs`: PP-OCRv4's recognizer ends in softmax, a logit model does not."""
@@ -90,21 +108,22 @@ class ValidationCheck:
             return np.log(np.maximum(outputs, PROBABILITY_FLOOR))
         return log_softmax(outputs, axis=-1)
 
-    def score(self, int8_onnx: Path) -> dict:
+    def score(self, int8_onnx: Path | ModelForm) -> dict:
         """`score_samples`' numbers alone (a fall-back estimate keeps no per-sample outcomes)."""
         return self.score_samples(int8_onnx)[0]
 
-    def score_samples(self, int8_onnx: Path) -> tuple[dict, np.ndarray]:
+    def score_samples(self, int8_onnx: Path | ModelForm) -> tuple[dict, np.ndarray]:
         """Accuracy of both models (top-1, line accuracy and CER, or hmean), their agreement, and how far INT8's
         outputs are from FP32's (`logit_error`, over every output value, whatever the shape; for text recognition
         also `output_kl`, the mean per-frame KL divergence of INT8's distribution from FP32's); and per validation
         sample whether INT8 read it right (top-1 correct, the line exactly right, the page's hmean 1: every
-        labelled box matched and nothing else found), which the search's McNemar test pairs between trials.
+        labelled box matched and nothing else found), which the search's McNemar test pairs between trials (of
+        several runtimes', the binding one's: `runtime_checks`, `evidence`).
         For classification and text, the 95 % intervals of INT8's accuracy (Wilson) and of the drop (paired,
         Agresti-Min) too."""
         squared_error, size, divergence, frames = 0.0, 0, 0.0, 0
         predicted = []
-        for (logits, labels, rows), fp32 in zip(self._batch_logits(int8_onnx), self._fp32_batches()):
+        for (logits, labels, rows), fp32 in zip(self._batch_logits(onnx_form(int8_onnx, True)), self._fp32_batches()):
             predicted.append(self.task.predict(logits, labels))
             reference = self.fp32_logits[rows] if fp32 is None else fp32
             squared_error += float(np.sum((logits - reference) ** 2, dtype=np.float64))
@@ -118,7 +137,7 @@ class ValidationCheck:
         compared = self.task.compare(self.labels, self.fp32_predicted, int8_predicted)
         scores = {
             TASK: self.task.name,
-            "validation_samples": int(len(self.labels)),
+            "validation_samples": len(self.labels),
             "fp32_top1_pct": self.fp32_top1_pct,
             "int8_top1_pct": compared["int8_top1_pct"],
             "accuracy_drop_pts": self.fp32_top1_pct - compared["int8_top1_pct"],
@@ -166,10 +185,16 @@ def paired_drop_ci95_pts(fp32: np.ndarray, int8: np.ndarray) -> list[float]:
     return [float(100.0 * (drop - half)), float(100.0 * (drop + half))]
 
 
-def policy_failures(policy: GatePolicy, metrics: dict) -> list[str]:
-    """The validation criteria `metrics` misses under `policy`, described as the gate would."""
-    decision = decide(policy, metrics)
-    return [criterion.describe() for criterion in decision.criteria
+def policy_failures(policy: GatePolicy, metrics: dict, runtime: str | None = None) -> list[str]:
+    """The validation criteria `metrics` misses under `policy`, described as the gate would.
+
+    `runtime`: judge `metrics` as that runtime's, against its thresholds (a policy field may be a map by runtime),
+    each failure named for it ("openvino: accuracy_drop_pts = 2.16 pts (must be <= 1) FAILED"); None: as the
+    gate judges its primary runtime, unnamed.
+    """
+    decision = decide(policy, metrics, runtimes=() if runtime is None else (runtime,))
+    prefix = "" if runtime is None else f"{runtime}: "
+    return [prefix + criterion.describe() for criterion in decision.criteria
             if criterion.name in VALIDATION_CRITERIA and not criterion.passed]
 
 

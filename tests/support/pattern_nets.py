@@ -7,6 +7,8 @@ Patterns (each as PP-LCNetV3 / SVTR write it):
   lab_padded     the same once, the last affine read by a padded 3x3 conv
   se_block       depthwise conv -> HardSwish -> squeeze-and-excitation (pool, conv, ReLU, conv, HardSigmoid, multiply)
   layernorm      conv -> tokens -> LayerNorm -> linear
+  lab_residual   conv -> BatchNorm -> affine -> HardSwish -> affine -> padded conv -> BatchNorm, plus the block's
+                 input (a residual Add), then HardSwish -> affine -> 1x1 conv (what the FP32 fall-back groups revert)
   attention      tokens -> qkv linear -> softmax(q k^T / sqrt(d)) v -> projection, with a residual
 
 The network is saved by paddle.jit.save in a subprocess (legacy program format, as PaddleOCR's models
@@ -76,6 +78,20 @@ class SeBlock(nn.Layer):
         se = F.hardsigmoid(self.excite(F.relu(self.squeeze(F.adaptive_avg_pool2d(x, 1)))))
         return paddle.flatten(F.adaptive_avg_pool2d(self.pw(x * se), 1), 1)
 
+class LabResidual(nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.stem, self.stem_bn = nn.Conv2D(3, 16, 3, padding=1), nn.BatchNorm2D(16)
+        self.conv, self.bn = nn.Conv2D(16, 16, 3, padding=1), nn.BatchNorm2D(16)
+        self.head = nn.Conv2D(16, 8, 1)
+        self.before, self.after = Affine(1.7, 0.4), Affine(0.3, -0.2)
+        self.last = Affine(0.8, 0.1)
+    def forward(self, x):
+        x = self.stem_bn(self.stem(x))
+        x = x + self.bn(self.conv(self.after(F.hardswish(self.before(x)))))
+        x = self.head(self.last(F.hardswish(x)))
+        return paddle.flatten(F.adaptive_avg_pool2d(x, 1), 1)
+
 class Norm(nn.Layer):
     def __init__(self):
         super().__init__()
@@ -101,13 +117,13 @@ class Attention(nn.Layer):
         attention = F.softmax(paddle.mm(q, paddle.transpose(k, [0, 2, 1])) * (32 ** -0.5), axis=-1)
         return self.fc(tokens + self.proj(paddle.mm(attention, v)))
 
-NET = {"lab_hardswish": LabHardswish, "lab_padded": LabPadded, "se_block": SeBlock, "layernorm": Norm, "attention": Attention}[sys.argv[2]]()
+NET = {"lab_hardswish": LabHardswish, "lab_padded": LabPadded, "se_block": SeBlock, "lab_residual": LabResidual, "layernorm": Norm, "attention": Attention}[sys.argv[2]]()
 NET.eval()
 paddle.jit.save(NET, sys.argv[1] + "/inference",
                 input_spec=[paddle.static.InputSpec([None, SHAPE[0], SHAPE[1], SHAPE[2]], "float32", "x")])
 '''.replace("SHAPE[0], SHAPE[1], SHAPE[2]", ", ".join(map(str, SHAPE)))
 
-PATTERNS = ("lab_hardswish", "lab_padded", "se_block", "layernorm", "attention")
+PATTERNS = ("lab_hardswish", "lab_padded", "se_block", "layernorm", "attention")  # lab_residual: the fall-back tests
 
 
 @dataclass(frozen=True)
@@ -126,8 +142,9 @@ def inputs(count: int, seed: int) -> np.ndarray:
         rng.normal(0, 0.05, (count, *SHAPE)).astype(np.float32)
 
 
-def pattern_model(pattern: str, folder: Path, seed: int = 0) -> PatternModel:
-    """Build, quantize (PaddleSlim hist, 4 batches of 16) and convert the network of `pattern` under `folder`."""
+def pattern_model(pattern: str, folder: Path, seed: int = 0, skip: tuple[str, ...] = ()) -> PatternModel:
+    """Build, quantize (PaddleSlim hist, 4 batches of 16) and convert the network of `pattern` under `folder`;
+    `skip`: weight names PaddleSlim leaves in FP32 (its skip_tensor_list, as the search's fall-backs)."""
     import paddle
     from paddleslim.quant import quant_post_static
 
@@ -149,7 +166,8 @@ def pattern_model(pattern: str, folder: Path, seed: int = 0) -> PatternModel:
                 data_loader=lambda: ({"x": calibration[start:start + 16]} for start in range(0, 64, 16)),
                 model_filename="inference.pdmodel", params_filename="inference.pdiparams",
                 save_model_filename="model.pdmodel", save_params_filename="model.pdiparams",
-                batch_size=16, batch_nums=4, scope=scope, algo="hist", onnx_format=True)
+                batch_size=16, batch_nums=4, scope=scope, algo="hist", onnx_format=True,
+                skip_tensor_list=list(skip) or None)
     to_onnx(int8 / "model.pdmodel", int8 / "model.pdiparams", folder / "raw.onnx")
     to_onnx(fp32 / "inference.pdmodel", fp32 / "inference.pdiparams", folder / "fp32.onnx")
     return PatternModel(folder / "raw.onnx", int8 / "model", folder / "fp32.onnx", inputs(32, seed + 2))
