@@ -94,8 +94,7 @@ data:
   path: {root}
   label_file: {root}/calibration.txt   # with a test file, this file feeds calibration and validation only
   test_label_file: {root}/test.txt
-  validation_fraction: {validation_fraction}
-  character_dict: {keys}
+{validation_fraction}  character_dict: {keys}
   use_space_char: true
   transforms: {{rec_image_shape: [3, 48, 320], color: bgr, mean: [0.5], std: [0.5], line_padding: zero}}
 quantize: {{strategy: {strategy}{algo}}}
@@ -130,10 +129,13 @@ def write_workload(name: str, work: Path, args) -> tuple[Path, str]:
         # the validation lines come from the same file: the data stage draws them at random from its lines
         render = render_degraded_lines if args.lines == "degraded" else render_financial_lines
         write_label_file(root / "calibration.txt",
-                         render(root, args.calibration + args.validation, seed=CALIBRATION_SEED))
+                         render(root, args.calibration + max(args.validation, 0), seed=CALIBRATION_SEED))
         write_label_file(root / "test.txt", render(root, args.test, seed=args.test_seed))
         # a share of all lines; 0.1 is data.validation_fraction's default
         share = args.validation / (args.calibration + args.validation + args.test) if args.validation else 0.1
+        # --validation -1: data.validation_fraction unset, the data stage's own default split (a text task's split
+        # holds at least 300 lines when the data allow)
+        fraction = "" if args.validation < 0 else f"  validation_fraction: {round(share, 6)}\n"
         # the policy gates the two runtimes that run quantgate's lowered model; Paddle Inference runs PaddleSlim's own
         # INT8 program and is recorded under open thresholds
         policy = "".join(f", {key}: {{onnxruntime: {value}, openvino: {value}, paddle_inference: {recorded}}}"
@@ -141,17 +143,18 @@ def write_workload(name: str, work: Path, args) -> tuple[Path, str]:
                                                       ("min_agreement", args.min_agreement, 0))
                          if value is not None)
         config.write_text(REC_CONFIG.format(config=config, model=models.rec, root=root, keys=models.keys,
-                                            evaluate=evaluate, validation_fraction=round(share, 6),
+                                            evaluate=evaluate, validation_fraction=fraction,
                                             strategy=args.strategy, policy=policy,
                                             algo=(f", algo: {args.algo}" if args.algo else "")
                                             + (f", rounding: {args.rounding}" if args.rounding else ""),
                                             hardswish_grids=str(args.hardswish_grids).lower()))
-        validation = (f"{args.validation} of them for validation" if args.validation
-                      else "10 % of all lines for validation")
+        validation = (f"{args.validation} of them for validation" if args.validation > 0
+                      else "10 % of all lines for validation" if args.validation == 0
+                      else "validation as the data stage's defaults split them")
         lines = ("Chinese financial text rendered with" if args.lines == "financial" else
                  "degraded Chinese financial text (tests/support/degraded_lines.py: longer, blurred, JPEG-compressed, "
                  "faded) rendered with")
-        return config, (f"PP-OCRv4 rec: {args.calibration + args.validation} calibration lines ({validation}, seed "
+        return config, (f"PP-OCRv4 rec: {args.calibration + max(args.validation, 0)} calibration lines ({validation}, seed "
                         f"{CALIBRATION_SEED}), {args.test} test lines (seed {args.test_seed}), {lines} "
                         f"{cjk_font().name}; quantize.strategy {args.strategy}"
                         + (f", quantize.algo {args.algo}" if args.algo else "")
@@ -430,8 +433,8 @@ def main(argv: list[str] | None = None) -> int:
                              "harder set (calibration, validation and test alike)")
     parser.add_argument("--validation", type=int, default=0,
                         help="recognizer validation lines, drawn with the calibration lines (0: "
-                             "data.validation_fraction's default share of all lines; the search judges its recipes "
-                             "on them)")
+                             "a 0.1 share of all lines; -1: data.validation_fraction unset, as the data stage's "
+                             "defaults split the lines; the search judges its recipes on them)")
     parser.add_argument("--strategy", choices=["single", "search"], default="single", help="quantize.strategy")
     parser.add_argument("--algo", choices=["hist", "mse", "avg", "abs_max", "KL"], default=None,
                         help="quantize.algo (default: quantize's own)")
