@@ -53,6 +53,11 @@ COPY examples ./examples
 # --no-deps: the pins are in; pip still fetches the build backend (setuptools, wheel) to build the editable install.
 RUN --mount=type=bind,source=./${WHEELHOUSE},target=/wheels \
     pip install ${WHEELHOUSE:+--no-index --find-links /wheels} --no-deps -e .
+# paddle2onnx 2.x reads PIR programs (Paddle 3's default export); it is the same distribution as the pinned 1.3.1,
+# so it lives in a folder of its own, which quantgate puts first on its converter's path (quantgate/pir/converter.py).
+RUN --mount=type=bind,source=./${WHEELHOUSE},target=/wheels \
+    pip install ${WHEELHOUSE:+--no-index --find-links /wheels} --no-deps --target /opt/venv/paddle2onnx-2 \
+        "$(python -c "import tomllib; print(tomllib.load(open('pyproject.toml', 'rb'))['tool']['quantgate']['paddle2onnx2'])")"
 
 VOLUME ["/data"]
 CMD ["prefect", "worker", "start", "--pool", "quantgate", "--type", "process"]
@@ -82,6 +87,8 @@ RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))
 print('\n'.join(d for d in deps if not d.startswith('paddlepaddle==')))" > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt \
     && pip install "paddlepaddle-gpu==${PADDLE_VERSION}" -i https://www.paddlepaddle.org.cn/packages/stable/cu126/
+RUN pip install --no-deps --target /opt/venv/paddle2onnx-2 \
+        "$(python -c "import tomllib; print(tomllib.load(open('pyproject.toml', 'rb'))['tool']['quantgate']['paddle2onnx2'])")"
 COPY quantgate ./quantgate
 COPY flows ./flows
 COPY stages ./stages

@@ -38,7 +38,7 @@ from quantgate.flows.publishing import memory_of
 from quantgate.flows.stage_runs import STAGE_TASK, run_stage
 from quantgate.flows.warm_start import INIT_DIGEST, WarmStart, read_init_weights
 from quantgate.int8.lower_int8 import Lowering
-from quantgate.stages.convert import convert, this_cpus_weight_bits
+from quantgate.stages.convert import convert, converter_environment, this_cpus_weight_bits
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, OPSET, PADDLE2ONNX_INT8_FILE
 from quantgate.stages.data import (
     BoxPlan,
@@ -293,7 +293,7 @@ def convert_task(store_root: str, version: VersionRef, exported: StageRef, quant
         lambda dirs, out: convert(
             dirs["export"], dirs["quantize"], MODEL_FILE, PARAMS_FILE, out, weight_bits, config.hardswish_grids,
             dirs.get("data")),
-        reuse,
+        reuse, environment=converter_environment(open_store(store_root).read_manifest(exported)["metrics"]),
     )
 
 

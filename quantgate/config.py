@@ -176,7 +176,9 @@ class TrainedModelConfig(Section):
 
     path: str = Field(
         ..., min_length=1, description="Folder of the exported model (PaddleOCR tools/export_model.py, PaddleClas, "
-        "PaddleX, paddle.jit.save): <prefix>.pdmodel and <prefix>.pdiparams, Paddle's legacy program format."
+        "PaddleX, paddle.jit.save): <prefix>.pdmodel and <prefix>.pdiparams (Paddle's legacy program format), or "
+        "<prefix>.json and <prefix>.pdiparams (PIR, Paddle 3's default), whose <prefix>.yml gives the settings the "
+        "config leaves out."
     )
     prefix: str = Field(
         "inference", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
@@ -351,6 +353,22 @@ def validate_config(raw: dict[str, Any]) -> PipelineConfig:
         ConfigError: listing every invalid or unknown field.
     """
     try:
-        return PipelineConfig.model_validate(raw)
+        return PipelineConfig.model_validate(with_inference_yml(raw))
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc)) from exc
+
+
+def with_inference_yml(raw: dict[str, Any]) -> dict[str, Any]:
+    """`raw` with the settings a PIR trained model's `inference.yml` gives that `raw` leaves out
+    (quantgate.inference_yml: dictionary, input shape, colour order, resize, DB thresholds); what `raw` gives wins.
+
+    Raises:
+        InferenceYmlProblem: the yml cannot be read (exit 2).
+    """
+    model = raw.get("trained_model") if isinstance(raw, dict) else None
+    if not isinstance(model, dict) or not isinstance(model.get("path"), str) or not model["path"]:
+        return raw
+    from quantgate.inference_yml import merge_settings, yml_settings
+
+    prefix = model.get("prefix") if isinstance(model.get("prefix"), str) else "inference"
+    return merge_settings(raw, yml_settings(model["path"], prefix, str(raw.get("task", "classification"))))

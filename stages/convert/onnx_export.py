@@ -23,6 +23,7 @@ from quantgate.int8.onnx_ops import integer_op_counts, runtime_op_counts
 from quantgate.int8.weight_range import WeightBits
 from quantgate.samples.reading import open_data
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, OPSET, PADDLE2ONNX_INT8_FILE
+from quantgate.stages.convert.pir import is_pir_export, pir_to_onnx
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,10 @@ def convert(fp32_dir: Path, int8_dir: Path, model_file: str, params_file: str, o
         ConversionError: a conversion or the lowering failed, or a model fails onnx.checker.
     """
     out_dir = Path(out_dir)
-    fp32 = to_onnx(Path(fp32_dir) / model_file, Path(fp32_dir) / params_file, out_dir / FP32_FILE)
+    if is_pir_export(fp32_dir):  # Paddle 3's PIR format: paddle2onnx 2.x, checked against Paddle (convert.pir)
+        fp32 = pir_to_onnx(fp32_dir, out_dir / FP32_FILE, data_dir)
+    else:
+        fp32 = to_onnx(Path(fp32_dir) / model_file, Path(fp32_dir) / params_file, out_dir / FP32_FILE)
     raw = to_onnx(Path(int8_dir) / model_file, Path(int8_dir) / params_file, out_dir / PADDLE2ONNX_INT8_FILE)
     lowered = lower_int8(out_dir / PADDLE2ONNX_INT8_FILE, out_dir / INT8_FILE,
                          paddle_model_prefix=Path(int8_dir) / Path(model_file).stem,

@@ -6,12 +6,14 @@ MODEL_PREFIX = "model"
 MODEL_FILE = f"{MODEL_PREFIX}.pdmodel"
 PARAMS_FILE = f"{MODEL_PREFIX}.pdiparams"
 REFERENCE_OUTPUTS_FILE = "reference_outputs.npy"  # an imported model: its outputs on one test batch
+PIR_MODEL_FILE = f"{MODEL_PREFIX}.json"  # a PIR model (Paddle 3's default) in place of MODEL_FILE: export_pir
+PROGRAM_FORMAT = "program_format"  # "legacy" or "pir": who reads the model (PaddleSlim, or paddle2onnx 2.x)
 
 OUTPUTS = StageOutputs(
     stage="export",
     description="paddle.jit.save of the float32 master weights, checked against the trained model",
-    files=(MODEL_FILE, PARAMS_FILE),
-    optional_files=(REFERENCE_OUTPUTS_FILE,),
+    files=(PARAMS_FILE,),
+    optional_files=(MODEL_FILE, PIR_MODEL_FILE, REFERENCE_OUTPUTS_FILE),  # MODEL_FILE or PIR_MODEL_FILE
     metrics=("format", "parameters", "parameter_dtypes", "max_abs_diff_vs_trained", "max_abs_diff_limit",
-             "checked_samples", "output_shape", "reference"),
+             "checked_samples", "output_shape", "reference", PROGRAM_FORMAT, "paddle_inference"),
 )

@@ -23,7 +23,13 @@ from quantgate.stages.export.inference_model import (
     low_precision_parameters,
     require_legacy_format,
 )
-from quantgate.stages.export.outputs import MODEL_FILE, MODEL_PREFIX, PARAMS_FILE, REFERENCE_OUTPUTS_FILE
+from quantgate.stages.export.outputs import (
+    MODEL_FILE,
+    MODEL_PREFIX,
+    PARAMS_FILE,
+    REFERENCE_OUTPUTS_FILE,
+)
+from quantgate.stages.export.pir import export_pir, is_pir_source
 from quantgate.stages.source.outputs import MODEL_FILE as SOURCE_MODEL_FILE
 from quantgate.stages.source.outputs import PARAMS_FILE as SOURCE_PARAMS_FILE
 
@@ -64,6 +70,8 @@ def export_program(source_dir: Path, data_dir: Path, out_dir: Path, num_workers:
             or do not have one row per image.
         DataChanged: an image of the batch changed since the data stage recorded it.
     """
+    if is_pir_source(source_dir):  # Paddle 3's default format: run in child processes, converted by paddle2onnx 2.x
+        return export_pir(source_dir, data_dir, out_dir, num_workers)
     require_legacy_format()
     out_dir = Path(out_dir)
     shutil.copyfile(Path(source_dir) / SOURCE_MODEL_FILE, out_dir / MODEL_FILE)

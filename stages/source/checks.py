@@ -13,7 +13,7 @@ from quantgate.int8.latency_memory import check_latency_batch_fits
 from quantgate.int8.program_memory import check_one_sample_fits
 from quantgate.stages.source.errors import ModelProblem
 from quantgate.stages.source.model_summary import ModelSummary, summarize
-from quantgate.stages.source.pir import is_pir_model, pir_refusal
+from quantgate.stages.source.pir import is_pir_model, pir_folder, pir_summary
 
 LISTED_FILES = 12
 DEFAULT_SIDE = 224  # the sample size tried where neither the model nor the transforms fix height and width
@@ -27,6 +27,7 @@ class CheckedModel:
     prefix: str
     files: dict[str, dict]  # file name -> {"sha256", "bytes"}, every file of the folder that belongs to the model
     summary: ModelSummary
+    program_format: str = "legacy"  # "pir": <prefix>.json, read and converted in child processes (source.pir)
 
 
 def _digest(path: Path) -> dict:
@@ -42,8 +43,8 @@ def model_files(config: TrainedModelConfig) -> tuple[Path, dict[str, dict]]:
     other <prefix>.* beside them, such as PaddleOCR's .pdiparams.info).
 
     Raises:
-        ModelProblem: the folder is missing, holds no legacy-format model with that prefix (what it holds is
-            listed), or holds a PIR model (with the export command that writes the legacy format).
+        ModelProblem: the folder is missing, holds neither a legacy-format nor a PIR model with that prefix (what
+            it holds is listed), or its <prefix>.json is not a PIR program.
     """
     folder = Path(config.path).expanduser().resolve()
     if not folder.is_dir():
@@ -54,7 +55,9 @@ def model_files(config: TrainedModelConfig) -> tuple[Path, dict[str, dict]]:
         files = sorted(path for path in folder.iterdir() if path.is_file() and path.name.startswith(f"{config.prefix}."))
         return folder, {path.name: _digest(path) for path in files}
     if is_pir_model(folder, config.prefix):
-        raise ModelProblem([pir_refusal(folder, config.prefix)])
+        found = pir_folder(folder, config.prefix)
+        files = sorted(path for path in folder.iterdir() if path.is_file() and path.name.startswith(f"{config.prefix}."))
+        return found.folder, {path.name: _digest(path) for path in files}
     present = sorted(entry.name + ("/" if entry.is_dir() else "") for entry in folder.iterdir())
     shown = ", ".join(present[:LISTED_FILES]) + (f" and {len(present) - LISTED_FILES} more" if len(present) > LISTED_FILES
                                                  else "") if present else "nothing"
@@ -67,7 +70,8 @@ def model_files(config: TrainedModelConfig) -> tuple[Path, dict[str, dict]]:
                "Global.save_inference_dir=DIR) and point trained_model.path at DIR")
     else:
         fix = "point trained_model.path at the folder your export wrote"
-    raise ModelProblem([f"trained_model.path {folder} holds no {model.name} + {params.name} (found: {shown}); {fix}"])
+    raise ModelProblem([f"trained_model.path {folder} holds no {model.name} + {params.name} (legacy format) and no "
+                        f"{config.prefix}.json + {params.name} (PIR, Paddle 3's default) (found: {shown}); {fix}"])
 
 
 def expected_input(data: DataConfig) -> tuple[int, int | None, int | None]:
@@ -195,6 +199,8 @@ def check_trained_model(config: PipelineConfig) -> CheckedModel:
     folder, files = model_files(config.trained_model)
     prefix = folder / config.trained_model.prefix
     wanted = expected_input(config.data)
+    if is_pir_model(folder, config.trained_model.prefix):
+        return _check_pir_model(config, folder, files, wanted)
     try:
         bare = summarize(prefix)
     except (RuntimeError, ValueError, OSError) as exc:
@@ -231,3 +237,35 @@ def check_trained_model(config: PipelineConfig) -> CheckedModel:
     if problems:
         raise ModelProblem(problems)
     return CheckedModel(folder, config.trained_model.prefix, files, summary)
+
+
+def _check_pir_model(config: PipelineConfig, folder: Path, files: dict[str, dict],
+                     wanted: tuple[int, int | None, int | None]) -> CheckedModel:
+    """The checks above for a PIR model: its JSON says what it is, one sample runs in a child process. The memory
+    checks measure a legacy program in this process and are not made (the child's run is bounded by the sample)."""
+    from quantgate.pir.converter import find_converter
+    from quantgate.pir.errors import PirProblem
+
+    find_converter()  # paddle2onnx 2.x converts it: a missing install is named now, before anything runs
+    found = pir_folder(folder, config.trained_model.prefix)
+    bare = pir_summary(found, None)
+    declared = bare.inputs[0].shape[1:] if len(bare.inputs) == 1 and len(bare.inputs[0].shape) == 4 else ()
+    sample = tuple(want or (have if have > 0 else DEFAULT_SIDE) for want, have in
+                   zip(wanted, declared)) if declared else None
+    summary = bare
+    if sample and not _input_problems(bare, wanted, config.data):
+        try:
+            summary = pir_summary(found, sample)
+        except PirProblem:
+            summary = bare  # the declared shapes still tell what the model is
+    problems = []
+    if summary.quantized_ops or summary.int8_parameters:
+        problems.append(f"the model is already INT8 ({summary.quantized_ops or summary.int8_parameters[:5]}); give "
+                        "quantgate the FP32 export it was quantized from")
+    wrong_kind = _wrong_kind(summary, config)
+    problems += [wrong_kind] if wrong_kind else _input_problems(summary, wanted, config.data)
+    if not problems:
+        problems += _output_problems(summary, config)
+    if problems:
+        raise ModelProblem(problems)
+    return CheckedModel(folder, config.trained_model.prefix, files, summary, program_format="pir")

@@ -22,8 +22,13 @@ from quantgate.stages.source.outputs import (
     PARAMETER_TENSORS,
     PARAMETERS,
     PARAMS_FILE,
+    PIR_PROGRAM_FILE,
+    PROGRAM_FORMAT,
+    SETTINGS,
+    SETTINGS_FILE,
     TRAINED_HERE,
 )
+from quantgate.stages.source.pir import PIR_FORMAT
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +51,19 @@ def _copy_verified(source: Path, target: Path, recorded: dict) -> None:
                             f"{recorded['sha256'][:12]}…); wait for the export to finish and run again"])
 
 
+def settings_record(config: PipelineConfig, checked) -> dict:
+    """Per setting the model's inference.yml gives: the value this run uses and where it came from (the yml, or
+    the config, which wins); {} without a yml."""
+    from quantgate.inference_yml import provenance, yml_settings
+
+    settings = yml_settings(str(checked.folder), checked.prefix, config.task)
+    return provenance(config.model_dump(mode="json"), settings) if settings else {}
+
+
 def import_model(config: PipelineConfig, data_dir: Path, out_dir: Path) -> SourceResult:
     """Check `config.trained_model` (stages.source.checks) and the data stage's record against it, and keep its
-    program and parameters as `inference.pdmodel` / `inference.pdiparams` in `out_dir`.
+    program and parameters as `inference.pdmodel` / `inference.pdiparams` in `out_dir` (a PIR model: `inference.json`,
+    `inference.pdiparams` and its `inference.yml`, with the record of which settings came from the yml).
 
     Raises:
         ModelProblem: the model does not fit (see `check_trained_model`), its input shape is not the data's,
@@ -68,8 +83,11 @@ def import_model(config: PipelineConfig, data_dir: Path, out_dir: Path) -> Sourc
     if classes > 0 and classes != data.num_classes:
         raise ModelProblem([f"the model outputs {classes} classes, the data stage records {data.num_classes}; set "
                             "data.class_names (or data.character_dict) to the model's"])
-    prefix = checked.prefix
-    _copy_verified(checked.folder / f"{prefix}.pdmodel", Path(out_dir) / MODEL_FILE, checked.files[f"{prefix}.pdmodel"])
+    prefix, pir = checked.prefix, checked.program_format == "pir"
+    program, kept = (f"{prefix}.json", PIR_PROGRAM_FILE) if pir else (f"{prefix}.pdmodel", MODEL_FILE)
+    _copy_verified(checked.folder / program, Path(out_dir) / kept, checked.files[program])
+    if pir and f"{prefix}.yml" in checked.files:
+        _copy_verified(checked.folder / f"{prefix}.yml", Path(out_dir) / SETTINGS_FILE, checked.files[f"{prefix}.yml"])
     _copy_verified(checked.folder / f"{prefix}.pdiparams", Path(out_dir) / PARAMS_FILE,
                    checked.files[f"{prefix}.pdiparams"])
     log.info("source: %s/%s.* imported (%d parameters in %d tensors, %d ops)", checked.folder, prefix,
@@ -80,7 +98,10 @@ def import_model(config: PipelineConfig, data_dir: Path, out_dir: Path) -> Sourc
         TRAINED_HERE: False,
         "task": config.task,
         ORIGIN: {"path": str(checked.folder), "prefix": prefix, "files": checked.files,
-                 "format": "paddle-legacy-program", "note": "trained elsewhere: no training, no AMP in this run"},
+                 "format": PIR_FORMAT if pir else "paddle-legacy-program",
+                 "note": "trained elsewhere: no training, no AMP in this run"},
+        PROGRAM_FORMAT: checked.program_format,
+        **({SETTINGS: settings_record(config, checked)} if pir else {}),
         INPUT_SPEC: spec.as_record(),
         OUTPUT_SPEC: output,
         OPS: summary.ops,

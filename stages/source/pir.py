@@ -1,72 +1,64 @@
-"""Recognising a PIR inference model (Paddle 3's default export) and the message that refuses it.
+"""A PIR inference model (Paddle 3's default export) as the source stage reads it.
 
-PaddleSlim 2.6 `quant_post_static` and paddle2onnx 1.3.1 read only the legacy program format
-(`<prefix>.pdmodel` + `<prefix>.pdiparams`). A PIR export (`<prefix>.json` + `<prefix>.pdiparams`) cannot
-be brought into that format faithfully with Paddle 3.3.1, so it is refused before anything runs:
-
-- Paddle's only program translator goes the other way (`paddle.pir.translate_to_pir`: legacy
-  ProgramDesc -> PIR); nothing turns a PIR program back into a ProgramDesc.
-- `paddle.jit.load` of a `.json` gives a layer that replays the PIR program; re-saving it under
-  `paddle.pir_utils.DygraphOldIrGuard` fails, since tracing copies PIR operations and a legacy block
-  cannot hold them. With FLAGS_enable_pir_api=0 Paddle does not read `.json` at all.
-- The parameters file is the same in both formats (byte-identical for the same layer), but the
-  program cannot travel with it, and rebuilding it op by op would be a translator of our own.
-
-The check reads only file names, so it imports no Paddle.
+PaddleSlim 2.6 and paddle2onnx 1.3.1 read only the legacy format, and Paddle 3.3.1 cannot turn a PIR program back
+into it (its translator goes legacy -> PIR only; a PIR model loaded with paddle.jit.load cannot be re-saved under
+the old IR: tests/stages/test_source_pir.py holds both findings). So a PIR model keeps its format: what the program
+is comes from its JSON (quantgate.pir.folder), one sample runs in a child process with FLAGS_enable_pir_api=1
+(quantgate.pir.children), and paddle2onnx 2.x converts it (the export stage).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from quantgate.errors import clipped
+import numpy as np
 
-PIR_PROGRAM_SUFFIX = ".json"
+from quantgate.pir.folder import PirFolder, find_pir_folder, program_facts, require_pir_program
+from quantgate.stages.source.errors import ModelProblem
+from quantgate.stages.source.model_summary import PROBABILITY_OPS, ModelSummary, TensorSpec
+
+PIR_FORMAT = "paddle-pir-program"
 LEGACY_PROGRAM_SUFFIX = ".pdmodel"
-PARAMS_SUFFIX = ".pdiparams"
-MAX_LISTED_CHARS = 400
-
-# The exact commands that write the legacy format. PaddleOCR 3 writes `.json` only when
-# Global.export_with_pir is true (it then asserts FLAGS_enable_pir_api is not 0), otherwise it saves under
-# paddle.pir_utils.OldIrGuard; PaddleX 3 sets export_with_pir from FLAGS_json_format_model, which defaults
-# to true, so FLAGS_enable_pir_api=0 alone makes a PaddleX export fail rather than write `.pdmodel`.
-PADDLEOCR_EXPORT = (
-    "FLAGS_enable_pir_api=0 python tools/export_model.py -c CONFIG.yml "
-    "-o Global.pretrained_model=CHECKPOINT Global.save_inference_dir=OUT_DIR Global.export_with_pir=False"
-)
-PADDLEX_EXPORT = (
-    "FLAGS_json_format_model=0 FLAGS_enable_pir_api=0 python main.py -c CONFIG.yaml "
-    "-o Global.mode=export -o Export.weight_path=CHECKPOINT.pdparams -o Global.output=OUT_DIR"
-)
-JIT_SAVE_EXPORT = (
-    "FLAGS_enable_pir_api=0 python your_export.py  # paddle.jit.save(layer, 'OUT_DIR/inference', input_spec=...); "
-    "the flag is read when paddle is first imported, so set it in the environment or in os.environ before "
-    "`import paddle`, or call paddle.jit.save inside `with paddle.pir_utils.DygraphOldIrGuard():`"
-)
 
 
 def is_pir_model(folder: Path, prefix: str) -> bool:
-    """True for a PIR export: `<prefix>.json` is there and `<prefix>.pdmodel` is not."""
+    """True for a PIR export: `<prefix>.json` is there and `<prefix>.pdmodel` is not (file names only)."""
     folder = Path(folder)
-    return (folder / f"{prefix}{PIR_PROGRAM_SUFFIX}").is_file() and not (
-        folder / f"{prefix}{LEGACY_PROGRAM_SUFFIX}"
-    ).exists()
+    return (folder / f"{prefix}.json").is_file() and not (folder / f"{prefix}{LEGACY_PROGRAM_SUFFIX}").exists()
 
 
-def pir_refusal(folder: Path, prefix: str) -> str:
-    """The BadInput message for a PIR model in `folder`: what was found, why it cannot be used, and the
-    commands that export the same model in the legacy format."""
-    folder = Path(folder)
-    found = ", ".join(sorted(entry.name for entry in folder.iterdir())) if folder.is_dir() else "nothing"
-    return (
-        f"{folder} holds a PIR inference model ({prefix}{PIR_PROGRAM_SUFFIX}, Paddle 3's default export "
-        f"format; files found: {clipped(found, MAX_LISTED_CHARS)}). quantgate quantizes with PaddleSlim 2.6 "
-        f"and converts with paddle2onnx 1.3.1, which read only the legacy format ({prefix}{LEGACY_PROGRAM_SUFFIX} "
-        f"+ {prefix}{PARAMS_SUFFIX}), and Paddle 3.3.1 cannot convert a PIR program back to it faithfully: "
-        "its only translator goes from legacy to PIR, and a PIR model loaded with paddle.jit.load cannot be "
-        "re-saved in the legacy format. Export the model again from its training checkpoint in the legacy "
-        "format, then point quantgate at the folder holding the .pdmodel:\n"
-        f"  PaddleOCR 3:     {PADDLEOCR_EXPORT}\n"
-        f"  PaddleX 3:       {PADDLEX_EXPORT}\n"
-        f"  paddle.jit.save: {JIT_SAVE_EXPORT}"
-    )
+def pir_folder(folder: Path, prefix: str) -> PirFolder:
+    """The PIR model in `folder`.
+
+    Raises:
+        ModelProblem: `<prefix>.json` is not a PIR program, or the parameters are missing.
+    """
+    from quantgate.pir.errors import PirProblem
+
+    try:
+        found = find_pir_folder(folder, prefix)
+    except PirProblem as exc:
+        raise ModelProblem([str(exc)]) from exc
+    if found is None:
+        raise ModelProblem([f"{folder} holds no {prefix}.json"])
+    return found
+
+
+def pir_summary(found: PirFolder, sample_shape: tuple[int, ...] | None) -> ModelSummary:
+    """What the PIR program is, from its JSON; with `sample_shape` ([C, H, W]) one zero sample is run in Paddle
+    Inference (a child process) to measure the output's shape.
+
+    Raises:
+        PirProblem: Paddle cannot run the sample (the caller falls back to the declared shapes).
+    """
+    from quantgate.pir.children import paddle_outputs
+
+    facts = program_facts(require_pir_program(found.program))
+    inputs = tuple(TensorSpec(spec.name, spec.shape, spec.dtype) for spec in facts.inputs)
+    outputs = tuple(TensorSpec(spec.name, spec.shape, spec.dtype) for spec in facts.outputs)
+    measured = None
+    if sample_shape is not None and len(inputs) == 1 and outputs:
+        measured = tuple(paddle_outputs(found.program, found.params, np.zeros((1, *sample_shape), np.float32))[0].shape)
+    kind = "probabilities" if facts.output_ops and facts.output_ops[0] in PROBABILITY_OPS else "logits"
+    return ModelSummary(inputs, outputs, kind, facts.ops, facts.parameters, len(facts.parameter_dtypes),
+                        facts.parameter_dtypes, measured)
