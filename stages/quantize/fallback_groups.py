@@ -12,17 +12,43 @@ layer by PaddleSlim's skip list, its grids by the lowering. As NNCF's `quantize_
   than the best set so far (`evidence.closest`: McNemar on the validation samples, then the outputs' distance),
   and is undone otherwise;
 - the first passing set ends the phase (the restore phase may then bring groups back to INT8).
+
+A fall-back set that cannot be built (PaddleSlim, paddle2onnx or the lowering fails on it: `attempt`) is a revert
+undone, with the error recorded, never the end of the pipeline: a search that runs out of ideas ends with the
+closest trial kept and the gate failing it (exit 1), not with exit 3.
 """
 
 from __future__ import annotations
 
 import logging
 
+from quantgate.config import QuantizeConfig
+from quantgate.errors import StageError
 from quantgate.stages.quantize import evidence
 from quantgate.stages.quantize.fallback_ranking import FallbackRanking
 from quantgate.stages.quantize.trials import Trial, TrialRunner
 
 log = logging.getLogger(__name__)
+
+# What a candidate that cannot be built raises: PaddleSlim's and paddle2onnx's own errors come as RuntimeError,
+# ValueError, AssertionError, KeyError or IndexError; quantgate's as StageError (QuantizationError,
+# ConversionError). A full store, changed data or a bad config are not among them: those end the run.
+CANDIDATE_FAILURES = (StageError, RuntimeError, TypeError, ValueError, AssertionError, KeyError, IndexError)
+
+
+def attempt(runner: TrialRunner, phase: str, settings: QuantizeConfig, float_layers: tuple[str, ...],
+            float_groups: dict[str, list[str]] | None = None) -> Trial | None:
+    """`runner.run_trial`, or None when the candidate cannot be built; the failure is kept in
+    `runner.failed_recipes` (with its phase and FP32 layers) and logged."""
+    try:
+        return runner.run_trial(phase, settings, float_layers, float_groups)
+    except CANDIDATE_FAILURES as exc:
+        runner.failed_recipes.append({"phase": phase, "recipe": {"algo": settings.algo},
+                                      "float_layers": list(float_layers),
+                                      "error": f"{type(exc).__name__}: {exc}"[:1000]})
+        log.warning("search: the %s candidate with %d FP32 groups (%s) could not be built and is skipped: %s",
+                    phase, len(float_layers), _named(list(float_layers)), exc)
+        return None
 
 
 def candidates(ranking: list[dict]) -> list[str]:
@@ -60,8 +86,11 @@ def revert_groups(runner: TrialRunner, fallbacks: FallbackRanking, order: list[s
                           f"{' within quantize.search.max_float_layers (' + str(limit) + ')' if capped else ''}; "
                           f"{kept}")
         trying = [*reverted, layer]
-        trial = runner.run_trial("fall-back", fallbacks.base_settings, tuple(trying),
-                                 {name: grids.get(name, []) for name in trying})
+        trial = attempt(runner, "fall-back", fallbacks.base_settings, tuple(trying),
+                        {name: grids.get(name, []) for name in trying})
+        if trial is None:  # could not be built: undone, as a revert that does not help
+            undone.append(layer)
+            continue
         if trial.passed:
             return trial, f"passed with FP32 groups {_named(trying)}"
         closer, made = evidence.closest([best, trial])

@@ -120,7 +120,12 @@ class FallbackRanking:
             if layer in estimable:
                 return estimator.score((layer,))
             lowered = scratch / f"without-{layers.index(layer)}.onnx"  # a real PaddleSlim run
-            lowered_model(self._calibration_skipping((layer,)), lowered, runner.lowering)
+            try:
+                lowered_model(self._calibration_skipping((layer,)), lowered, runner.lowering)
+            except (StageError, RuntimeError, ValueError, AssertionError, KeyError, IndexError) as exc:
+                # this layer's fall-back cannot be built: it is not ranked (never fallen back), the rest are
+                log.warning("search: the FP32 fall-back of %s could not be built and is not ranked: %s", layer, exc)
+                return None
             return {**runner.check.score(lowered), "measured_by": "paddleslim"}
 
         # The ranking may use half of the time left; the fall-back trials need the rest.

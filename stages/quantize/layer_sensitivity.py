@@ -199,12 +199,13 @@ class FallbackEstimator:
             return self.check.score(self.model(float_layers, Path(scratch) / "estimate.onnx"))
 
 
-def rank_layers(layers: list[str], score_without: Callable[[str], dict], baseline: dict,
+def rank_layers(layers: list[str], score_without: Callable[[str], dict | None], baseline: dict,
                 deadline: float) -> tuple[list[dict], str]:
     """`layers` (weight names), most sensitive first, and how complete the ranking is.
 
     `score_without(layer)` is the validation score with `layer` in FP32 (its "measured_by" says how:
-    "estimate" or "paddleslim"); `baseline` the score with every layer quantized. A layer's
+    "estimate" or "paddleslim"), or None where that fall-back cannot be built (the layer is then not
+    measured); `baseline` the score with every layer quantized. A layer's
     sensitivity is how much closer to FP32 (relative logit error) the model gets without its
     quantization. Layers not measured before `deadline` (time.monotonic) rank last and are never
     fallen back.
@@ -218,6 +219,9 @@ def rank_layers(layers: list[str], score_without: Callable[[str], dict], baselin
             ranking += [{"layer": name, "measured": False} for name in order[index:]]
             break
         without = score_without(layer)
+        if without is None:  # its fall-back could not be built: never fallen back
+            ranking.append({"layer": layer, "measured": False, "unbuildable": True})
+            continue
         measured += 1
         ranking.append({
             "layer": layer,

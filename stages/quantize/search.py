@@ -57,7 +57,7 @@ from quantgate.memory import BATCHES_KEY
 from quantgate.samples.reading import open_data
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.quantize import evidence
-from quantgate.stages.quantize.fallback_groups import candidates, revert_groups
+from quantgate.stages.quantize.fallback_groups import CANDIDATE_FAILURES, attempt, candidates, revert_groups
 from quantgate.stages.quantize.fallback_ranking import FallbackRanking
 from quantgate.stages.quantize.memory_fit import CALIBRATION_LOOP, calibration_choice, choice_record, fitted
 from quantgate.stages.quantize.outputs import SEARCH
@@ -113,7 +113,7 @@ def search_quantization(
                              lowering)
         outcome = _run(runner)
         kept = _decided(runner, "kept trial", evidence.kept(runner.trials))
-        final = None if (trial := runner.final_trial(kept)) is None else written_model(kept, trial, runner.decisions)
+        final = _final(runner, kept)
         written = kept if final is None else final.written
         for name in (MODEL_FILE, PARAMS_FILE):
             shutil.copy2(written.folder / name, Path(out_dir) / name)
@@ -137,6 +137,21 @@ def _decided(runner: TrialRunner, purpose: str, chosen: tuple[Trial, list[dict]]
     trial, made = chosen
     runner.decisions.extend({"purpose": purpose, **entry} for entry in made)
     return trial
+
+
+def _final(runner: TrialRunner, kept: Trial) -> FinalCalibration | None:
+    """The full-set calibration of `kept` and which model is written (None: the trials' rows were the full set,
+    or the full-set calibration could not be built, which the log and `failed_recipes` say: the subset model is
+    written)."""
+    try:
+        trial = runner.final_trial(kept)
+    except CANDIDATE_FAILURES as exc:
+        runner.failed_recipes.append({"phase": "final", "recipe": kept.recipe, "float_layers": kept.float_layers,
+                                      "error": f"{type(exc).__name__}: {exc}"[:1000]})
+        log.warning("search: the full-set calibration of trial %d failed (%s); the trials' calibration is written",
+                    kept.index, exc)
+        return None
+    return None if trial is None else written_model(kept, trial, runner.decisions)
 
 
 def written_model(kept: Trial, final: Trial, decisions: list[dict] | None = None) -> FinalCalibration:
@@ -173,9 +188,19 @@ def _run(runner: TrialRunner) -> SearchOutcome:
         return SearchOutcome(why)
     base = _decided(runner, "fall-back base", evidence.closest(runner.trials))
     fallbacks = FallbackRanking(runner, base, runner.config.with_recipe(QuantizeRecipe(**base.recipe)))
-    estimator = fallbacks.estimator()
-    ranking, cached = fallbacks.sensitivity(estimator)
-    stopped = _fall_back(runner, fallbacks, ranking)
+    ranking, cached = None, False
+    try:
+        estimator = fallbacks.estimator()
+        ranking, cached = fallbacks.sensitivity(estimator)
+        stopped = _fall_back(runner, fallbacks, ranking)
+    except CANDIDATE_FAILURES as exc:
+        # Trials were judged already: the closest is kept and the gate fails it, which is what a search out of
+        # ideas ends with. Never "the pipeline broke" (exit 3) for a fall-back that could not be built.
+        runner.failed_recipes.append({"phase": "fall-back", "recipe": base.recipe,
+                                      "error": f"{type(exc).__name__}: {exc}"[:1000]})
+        log.warning("search: the fall-back phase failed and ends the search: %s", exc)
+        stopped = (f"no recipe passed, and the fall-back phase failed ({type(exc).__name__}: {str(exc)[:300]}); "
+                   "the trial closest to FP32 is kept")
     return SearchOutcome(stopped, ranking, cached, fallbacks.estimates)
 
 
@@ -246,7 +271,8 @@ def _restore_int8_layers(runner: TrialRunner, fallbacks: FallbackRanking, passin
         fewer = tuple(name for name in float_layers if name != layer)
         if fallbacks.estimate(list(fewer)) is False:
             continue  # the estimate already says it misses: no PaddleSlim run for it
-        if runner.run_trial("restore", fallbacks.base_settings, fewer,
-                            {name: groups.get(name, []) for name in fewer}).passed:
+        restored = attempt(runner, "restore", fallbacks.base_settings, fewer,
+                           {name: groups.get(name, []) for name in fewer})
+        if restored is not None and restored.passed:
             float_layers = list(fewer)
     return f"passed with FP32 groups {', '.join(float_layers)}"

@@ -17,6 +17,7 @@ from support.pattern_nets import pattern_model
 
 from quantgate.config import QuantizeConfig
 from quantgate.int8.lower_int8 import Lowering, lower_int8
+from quantgate.int8.errors import ConversionError
 from quantgate.int8.paddle_quantization import quantized_layers
 from quantgate.stages.quantize.fallback_groups import candidates, revert_groups
 from quantgate.stages.quantize.layer_sensitivity import FallbackEstimator, float_weights
@@ -99,15 +100,18 @@ POLICY_DROP = 0.5
 class ScriptedRunner:
     """Each FP32 set's validation drop is given; a trial passes within POLICY_DROP."""
 
-    def __init__(self, drops: dict[frozenset, float], max_trials: int = 12):
-        self.drops, self.max_trials = drops, max_trials
+    def __init__(self, drops: dict[frozenset, float], max_trials: int = 12, unbuildable: frozenset = frozenset()):
+        self.drops, self.max_trials, self.unbuildable = drops, max_trials, unbuildable
         self.trials: list[Trial] = []
         self.decisions: list[dict] = []
+        self.failed_recipes: list[dict] = []
 
     def exhausted(self) -> str | None:
         return f"max_trials ({self.max_trials}) reached" if len(self.trials) >= self.max_trials else None
 
     def run_trial(self, phase, settings, float_layers, float_groups=None) -> Trial:
+        if frozenset(float_layers) in self.unbuildable:  # as the lowering refuses a pattern it does not understand
+            raise ConversionError("onnxruntime could not lower int8.onnx with PaddleSlim's scales: 'conv2d_7.tmp_0'")
         drop = self.drops[frozenset(float_layers)]
         trial = Trial(len(self.trials) + 1, phase, {}, list(float_layers),
                       {"accuracy_drop_pts": drop, "agreement": 1 - drop / 100, "logit_error": drop / 10},
@@ -175,3 +179,14 @@ def test_only_groups_the_estimate_says_bring_the_model_closer_are_candidates():
                {"layer": "b", "measured": True, "logit_error_removed": -0.01, "accuracy_pts_recovered": 0.0},
                {"layer": "c", "measured": False}]
     assert candidates(ranking) == ["a"]
+
+
+def test_a_fall_back_set_that_cannot_be_built_is_undone_and_the_search_goes_on():
+    # The bar's run ended with exit 3 ("the pipeline broke") in the fall-back phase: one candidate the conversion
+    # could not build ended the whole run. A candidate that cannot be built is one idea fewer, nothing more.
+    runner = ScriptedRunner({frozenset(): 3.0, frozenset("ac"): 0.4, frozenset("a"): 2.0},
+                            unbuildable=frozenset({frozenset("ab")}))
+    passing, stopped = revert_groups(runner, ScriptedFallbacks(base_trial(runner)), ["a", "b", "c"], limit=3)
+    assert passing is not None and passing.float_layers == ["a", "c"] and stopped == "passed with FP32 groups a, c"
+    assert [(failed["phase"], failed["float_layers"]) for failed in runner.failed_recipes] == [("fall-back", ["a", "b"])]
+    assert "ConversionError" in runner.failed_recipes[0]["error"]
