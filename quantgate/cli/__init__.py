@@ -17,12 +17,12 @@ import tempfile
 import time
 import traceback
 
-from quantgate.cli import bundle, config, demo, fsck, gate, log, predict, promote, rollback, run, versions
+from quantgate.cli import bundle, config, crops, demo, fsck, gate, log, predict, promote, rollback, run, versions
 from quantgate.cli.shared import report_error
 from quantgate.errors import EXIT_BROKE, QuantgateError, clipped
 
 # In the order `quantgate --help` lists them.
-COMMANDS = (run, config, versions, gate, promote, rollback, bundle, predict, log, fsck, demo)
+COMMANDS = (run, config, versions, gate, promote, rollback, bundle, predict, log, fsck, demo, crops)
 
 
 def build_parser() -> argparse.ArgumentParser:
