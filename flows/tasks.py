@@ -59,7 +59,7 @@ from quantgate.stages.export import export, export_program
 from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.gate import gate
 from quantgate.stages.quantize import calibration_batches, calibration_environment, quantize, search_quantization
-from quantgate.stages.quantize.outputs import SEARCH
+from quantgate.stages.quantize.outputs import CALIBRATED_BY, SEARCH
 from quantgate.stages.report import report
 from quantgate.stages.report.outputs import REPORT_FILE
 from quantgate.stages.source import CheckedModel, import_model
@@ -196,11 +196,10 @@ def source_task(store_root: str, version: VersionRef, config: PipelineConfig, ch
 @task(name="export", **STAGE_TASK)
 def export_program_task(store_root: str, version: VersionRef, source: StageRef, data: StageRef,
                         reuse: bool = True, num_workers: int = 0) -> StageRef:
-    """Keep the imported FP32 program as the pipeline's FP32 model, run once on a test batch."""
-    return run_stage(
-        store_root, version, "export", {"from": SOURCE}, {"source": source, "data": data},
-        lambda dirs, out: export_program(dirs["source"], dirs["data"], out, num_workers), reuse,
-    )
+    """Keep the imported FP32 program as the pipeline's FP32 model, run once on a test batch (a PIR one converted)."""
+    return run_stage(store_root, version, "export", {"from": SOURCE}, {"source": source, "data": data},
+                     lambda dirs, out: export_program(dirs["source"], dirs["data"], out, num_workers), reuse,
+                     environment=lambda: converter_environment(open_store(store_root).read_manifest(source)["metrics"]))
 
 
 @task(name="export", **STAGE_TASK)
@@ -378,7 +377,7 @@ def report_task(store_root: str, version: VersionRef, trained: StageRef, evaluat
     store = open_store(store_root)
     memory = memory_of({stage: store.read_manifest(ref) for stage, ref in (earlier or {}).items()})
     train_metrics, evaluation, gate_record = (store.read_manifest(ref)["metrics"] for ref in (trained, evaluated, gated))
-    search = search_summary(store, quantized)
+    int8 = store.read_manifest(quantized)["metrics"] if quantized is not None else {}  # its search, who calibrated
     duel_record = store.read_manifest(duel)["metrics"] if duel is not None else None
     data = data or store.stage_ref(version, "data")
     report_dir = store.stage_dir(version, "report")
@@ -393,8 +392,8 @@ def report_task(store_root: str, version: VersionRef, trained: StageRef, evaluat
         store_root, version, "report", {}, {"data": data, trained.stage: trained, "evaluate": evaluated, "gate": gated,
                                             **({DUEL: duel} if duel is not None else {})},
         lambda dirs, out: report(f"{version.model} {version.version}", evaluation, gate_record, train_metrics,
-                                 None if imported else dirs["train"] / STEPS_FILE, where, out, search,
+                                 None if imported else dirs["train"] / STEPS_FILE, where, out, int8.get(SEARCH),
                                  data_dir=dirs["data"], evaluate_dir=dirs["evaluate"], duel_dir=dirs.get(DUEL),
-                                 duel_record=duel_record, memory=memory),
+                                 duel_record=duel_record, memory=memory, calibrated_by=int8.get(CALIBRATED_BY)),
         reuse=False,  # the report names this version's paths
     )

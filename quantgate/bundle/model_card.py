@@ -95,6 +95,8 @@ def build_card(sources: VersionSources, files: dict[str, dict], lineage: dict, r
                      "train_seconds": train.get("train_seconds"), "resumed_from_epoch": train.get("resumed_from_epoch")},
         "quantization": {**{key: quantize.get(key) for key in ("algo", "recipe", "skip_tensors", "calibration_samples",
                                                                 "quantize_linear_ops", "search")},
+                         # a PIR model's INT8 was calibrated by quantgate on the ONNX graph, not by PaddleSlim
+                         **({"calibrated_by": quantize["calibrated_by"]} if quantize.get("calibrated_by") else {}),
                          **_weight_bits(sources)},
         "evaluation": {"primary_runtime": primary, "test_samples": evaluated.get("test_samples"),
                        "accuracy_metric": evaluated.get("accuracy_metric", "top-1"),
@@ -192,11 +194,17 @@ def _quantization(quantization: dict) -> list[str]:
               f"{'passed' if searched.get('passed') else 'nothing passed'} on validation)" if searched else "")
     bits = quantization.get("int8_weight_bits")
     return ["## Quantization", "",
-            f"- PaddleSlim post-training INT8: {shown or 'recipe not recorded'}{search}",
+            f"- {_calibrator(quantization)} post-training INT8: {shown or 'recipe not recorded'}{search}",
             (f"- calibration samples {quantization.get('calibration_samples')}, layers kept in float: "
              f"{', '.join(quantization.get('skip_tensors') or []) or 'none'}"),
             *([f"- weights of the INT8 ONNX model: {bits} bits ({quantization.get('int8_weight_bits_why')})"]
               if bits else [])]
+
+
+def _calibrator(quantization: dict) -> str:
+    """Who calibrated the INT8 model: PaddleSlim on the Paddle program, or (a PIR model) quantgate on the ONNX graph."""
+    calibrated_by = quantization.get("calibrated_by")
+    return f"calibrated by {calibrated_by}:" if calibrated_by else "PaddleSlim"
 
 
 def _evaluation(evaluation: dict, task: str | None) -> list[str]:

@@ -1,7 +1,7 @@
 """PaddleOCR's recognition label files and character dictionaries, read strictly.
 
-A label file holds one `relative/path.png<TAB>label` line per image, UTF-8; a dictionary one character
-per line. Every problem is named by file and line with its fix, before anything is hashed or stored:
+A label file holds one `relative/path.png<TAB>label` line per image, UTF-8; a dictionary one entry
+per line (a character, or a symbol of several code points such as a flag emoji). Every problem is named by file and line with its fix, before anything is hashed or stored:
 OCR teams' files come from many tools (GBK editors, Windows line ends, hand-edited paths).
 """
 
@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath
 
 from quantgate.errors import clipped
 from quantgate.samples.errors import BadTextLines
+from quantgate.tasks.text import split_entries
 
 SHOWN_PROBLEMS = 10
 WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
@@ -109,16 +110,20 @@ def read_label_file(path: Path, root: Path, setting: str = "label_file") -> list
 
 
 def read_dictionary(path: Path) -> tuple[str, ...]:
-    """A PaddleOCR character dictionary: one character per line, in id order (id = position + 1).
+    """A PaddleOCR character dictionary: one entry per line, in id order (id = position + 1). An entry is one
+    character, or several code points read as one (PP-OCRv5's flag emojis: 🇩🇪 is two regional indicators); labels
+    are cut into entries by greedy longest match (`quantgate.tasks.text.split_entries`), as PaddleOCR's encoder does.
 
     Raises:
-        BadTextLines: the file is unreadable, not UTF-8 or empty, or a line is not exactly one character
-            or repeats an earlier one.
+        BadTextLines: the file is unreadable, not UTF-8 or empty, or a line is empty, holds whitespace around a
+            longer entry, or repeats an earlier one.
     """
     characters, first_line, bad = [], {}, []
     for number, entry in enumerate(read_utf8_lines(path, "character_dict"), start=1):
-        if len(entry) != 1:
-            bad.append(f"{path}:{number} {clipped(entry, 20)!r} ({len(entry)} characters)")
+        if not entry:
+            bad.append(f"{path}:{number} is empty")
+        elif len(entry) > 1 and entry != entry.strip():
+            bad.append(f"{path}:{number} {clipped(entry, 20)!r} has whitespace around it")
         elif entry in first_line:
             bad.append(f"{path}:{number} {entry!r} repeats line {first_line[entry]}")
         else:
@@ -126,18 +131,20 @@ def read_dictionary(path: Path) -> tuple[str, ...]:
             characters.append(entry)
     if bad:
         raise _problems("bad dictionary line(s)", bad,
-                        "give data.character_dict exactly one distinct character per line")
+                        "give data.character_dict one distinct entry per line (a character, or a multi-code-point "
+                        "symbol such as a flag emoji), without surrounding spaces")
     if not characters:
         raise BadTextLines(f"data.character_dict {path} is empty; list one character per line")
     return tuple(characters)
 
 
 def unknown_characters(lines: list[LabelLine], characters: tuple[str, ...]) -> dict[LabelLine, list[str]]:
-    """The lines whose label holds characters outside `characters`, with those characters (first seen first)."""
-    known = set(characters)
+    """The lines whose label holds text no dictionary entry matches (cut as `split_entries` cuts it), with those
+    pieces (first seen first)."""
+    known = dict.fromkeys(characters)
     found = {}
     for line in lines:
-        missing = list(dict.fromkeys(c for c in line.text if c not in known))
+        missing = list(dict.fromkeys(piece for piece in split_entries(line.text, known) if piece not in known))
         if missing:
             found[line] = missing
     return found
@@ -145,7 +152,7 @@ def unknown_characters(lines: list[LabelLine], characters: tuple[str, ...]) -> d
 
 def describe_unknown(found: dict[LabelLine, list[str]], dictionary: str) -> BadTextLines:
     """The error for labels with characters missing from the dictionary (`dictionary` says which one)."""
-    named = [f"{line.where} {', '.join(f'{c!r} (U+{ord(c):04X})' for c in chars)}" for line, chars in found.items()]
+    named = [f"{line.where} {', '.join(f'{c!r} (' + ' '.join(f'U+{ord(p):04X}' for p in c) + ')' for c in chars)}" for line, chars in found.items()]
     return _problems(f"label line(s) with characters missing from {dictionary}", named,
                      "add the characters to data.character_dict, or set data.unknown_chars: skip to leave those "
                      "lines out (they are listed in the data manifest)")

@@ -1,12 +1,13 @@
 """Text-line recognition with CTC: a dictionary of characters, greedy decoding, line accuracy and CER.
 
-Index 0 of the model's last axis is the CTC blank, as in PaddleOCR; character `i` of the dictionary is
-index `i + 1`. The same decoding runs on FP32 and INT8 outputs, so their strings compare like for like.
+Index 0 of the model's last axis is the CTC blank, as in PaddleOCR; entry `i` of the dictionary is
+index `i + 1` (an entry is one character, or several code points matched whole: `split_entries`). The same decoding runs on FP32 and INT8 outputs, so their strings compare like for like.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,15 +16,36 @@ from rapidfuzz.distance import Levenshtein
 BLANK = 0
 
 
+def split_entries(text: str, entries: Mapping[str, object]) -> list[str]:
+    """`text` cut into dictionary entries by greedy longest match; a code point no entry starts with stays alone.
+
+    PaddleOCR's dictionaries hold entries of several code points (PP-OCRv5's flag emojis, e.g. 🇩🇪: two regional
+    indicators), which its CTC label encoder matches whole; with single code points only this is `list(text)`.
+    """
+    longest = max(map(len, entries), default=1)
+    if longest == 1:
+        return list(text)
+    pieces, start = [], 0
+    while start < len(text):
+        size = next((size for size in range(min(longest, len(text) - start), 1, -1)
+                     if text[start:start + size] in entries), 1)
+        pieces.append(text[start:start + size])
+        start += size
+    return pieces
+
+
 def encode(text: str, index: dict[str, int], length: int) -> np.ndarray:
-    """`text` as dictionary indices (1-based; 0 pads to `length`). The caller has checked every character."""
+    """`text` as dictionary indices (1-based; 0 pads to `length`), entries matched greedily longest first
+    (`split_entries`: never more ids than code points). The caller has checked every entry."""
     ids = np.zeros(length, np.int64)
-    ids[:len(text)] = [index[character] for character in text]
+    pieces = split_entries(text, index)
+    ids[:len(pieces)] = [index[piece] for piece in pieces]
     return ids
 
 
 def greedy_decode(outputs: np.ndarray, characters: tuple[str, ...]) -> np.ndarray:
-    """Best path of each [T, C] score sequence in `outputs` [N, T, C]: repeats merged, blanks dropped."""
+    """Best path of each [T, C] score sequence in `outputs` [N, T, C]: repeats merged, blanks dropped, the entries'
+    strings joined (an entry may be several code points)."""
     best = np.asarray(outputs).argmax(axis=-1)
     lines = []
     for path in best:

@@ -17,13 +17,13 @@ import onnx
 import paddle2onnx
 
 from quantgate.int8.integer_graph import OpCheck, check_ops, describe
-from quantgate.int8.lower_int8 import lower_int8
+from quantgate.int8.lower_int8 import Lowering, lower_int8
 from quantgate.int8.onnx_conversion import to_onnx
 from quantgate.int8.onnx_ops import integer_op_counts, runtime_op_counts
 from quantgate.int8.weight_range import WeightBits
 from quantgate.samples.reading import open_data
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE, OPSET, PADDLE2ONNX_INT8_FILE
-from quantgate.stages.convert.pir import is_pir_export, pir_to_onnx
+from quantgate.stages.convert.pir import is_calibrated_on_onnx, is_pir_export, lower_onnx_calibration, pir_to_onnx
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +51,20 @@ def convert(fp32_dir: Path, int8_dir: Path, model_file: str, params_file: str, o
         ConversionError: a conversion or the lowering failed, or a model fails onnx.checker.
     """
     out_dir = Path(out_dir)
-    if is_pir_export(fp32_dir):  # Paddle 3's PIR format: paddle2onnx 2.x, checked against Paddle (convert.pir)
-        fp32 = pir_to_onnx(fp32_dir, out_dir / FP32_FILE, data_dir)
+    if is_pir_export(fp32_dir):  # Paddle 3's PIR format: the export stage's paddle2onnx 2.x model (convert.pir)
+        fp32 = pir_to_onnx(fp32_dir, out_dir / FP32_FILE)
     else:
         fp32 = to_onnx(Path(fp32_dir) / model_file, Path(fp32_dir) / params_file, out_dir / FP32_FILE)
-    raw = to_onnx(Path(int8_dir) / model_file, Path(int8_dir) / params_file, out_dir / PADDLE2ONNX_INT8_FILE)
-    lowered = lower_int8(out_dir / PADDLE2ONNX_INT8_FILE, out_dir / INT8_FILE,
-                         paddle_model_prefix=Path(int8_dir) / Path(model_file).stem,
-                         weight_bits=weight_bits.bits, hardswish_grids=hardswish_grids).metrics
+    if is_calibrated_on_onnx(int8_dir):  # no PaddleSlim program: the raw graph quantgate calibrated, kept as is
+        lowering = Lowering(weight_bits.bits, hardswish_grids)
+        lowered = lower_onnx_calibration(int8_dir, out_dir / PADDLE2ONNX_INT8_FILE, out_dir / INT8_FILE,
+                                         lowering).metrics
+        raw = {"bytes": (out_dir / PADDLE2ONNX_INT8_FILE).stat().st_size, "calibrated_by": lowered["calibrated_by"]}
+    else:
+        raw = to_onnx(Path(int8_dir) / model_file, Path(int8_dir) / params_file, out_dir / PADDLE2ONNX_INT8_FILE)
+        lowered = lower_int8(out_dir / PADDLE2ONNX_INT8_FILE, out_dir / INT8_FILE,
+                             paddle_model_prefix=Path(int8_dir) / Path(model_file).stem,
+                             weight_bits=weight_bits.bits, hardswish_grids=hardswish_grids).metrics
     lowered.update(weight_bits.record())
     lowered["hardswish_grids"] = hardswish_grids
     int8_model = onnx.load(str(out_dir / INT8_FILE))

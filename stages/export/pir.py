@@ -2,8 +2,10 @@
 
 As `program.export_program` does for a legacy program, the files are copied byte for byte and one test batch's
 outputs kept as the FP32 reference; Paddle runs them in a child process (quantgate.pir.children), oneDNN off where
-an op needs it, which the record says. The FP32 ONNX model is paddle2onnx 2.x's, made and checked by the convert
-stage (quantgate.pir.conversion).
+an op needs it, which the record says. The FP32 ONNX model is made here too (paddle2onnx 2.x, checked against
+Paddle's outputs on the data's first calibration samples: quantgate.pir.conversion), since it is part of the FP32
+model of a PIR export: the quantize stage calibrates its INT8 on that graph (PaddleSlim reads no PIR program) and
+the convert stage keeps it as the FP32 ONNX model.
 """
 
 from __future__ import annotations
@@ -13,10 +15,14 @@ from pathlib import Path
 
 import numpy as np
 
-from quantgate.pir.folder import program_facts, require_pir_program
+from quantgate.pir.conversion import convert_fp32
+from quantgate.pir.folder import PirFolder, program_facts, require_pir_program
 from quantgate.samples.reading import open_data
+from quantgate.stages.convert.outputs import OPSET
 from quantgate.stages.export.inference_model import ExportMismatch, ExportResult, low_precision_parameters
 from quantgate.stages.export.outputs import (
+    FP32_ONNX,
+    FP32_ONNX_FILE,
     MODEL_PREFIX,
     PARAMS_FILE,
     PIR_MODEL_FILE,
@@ -27,6 +33,7 @@ from quantgate.stages.source.outputs import PARAMS_FILE as SOURCE_PARAMS_FILE
 from quantgate.stages.source.outputs import PIR_PROGRAM_FILE as SOURCE_PIR_FILE
 
 REFERENCE_BATCH = 32
+CHECK_SAMPLES = 4  # the data's first calibration samples the FP32 ONNX model must agree with Paddle on
 SETTINGS_SUFFIX = ".yml"
 
 
@@ -36,13 +43,16 @@ def is_pir_source(source_dir: Path) -> bool:
 
 
 def export_pir(source_dir: Path, data_dir: Path, out_dir: Path, num_workers: int = 0) -> ExportResult:
-    """Keep the source stage's PIR program as the FP32 model and one test batch's Paddle outputs as its reference.
+    """Keep the source stage's PIR program as the FP32 model and one test batch's Paddle outputs as its reference;
+    convert it to FP32 ONNX (paddle2onnx 2.x), checked against Paddle on the data's first calibration samples.
 
     Raises:
         ExportMismatch: a parameter is not float32, or Paddle's outputs on the test batch are not finite or do not
             have one row per image.
         PirProblem: Paddle Inference cannot run the program on the batch.
         DataChanged: an image of the batch changed since the data stage recorded it.
+        ConverterMissing: paddle2onnx 2.x is not installed (the install line is named).
+        ConversionRefused: the converter aborted, wrote nothing or an invalid model, or its outputs are not Paddle's.
     """
     from quantgate.pir.children import paddle_outputs
 
@@ -63,6 +73,8 @@ def export_pir(source_dir: Path, data_dir: Path, out_dir: Path, num_workers: int
                              f"outputs {list(outputs.shape)} on {len(images)} test images; check data.transforms "
                              "(size, color order, mean/std) against the model's inference.yml or training config")
     np.save(out_dir / REFERENCE_OUTPUTS_FILE, outputs)
+    check_inputs = data.array("calibration", limit=CHECK_SAMPLES)[0]
+    converted = convert_fp32(PirFolder(out_dir, MODEL_PREFIX), out_dir / FP32_ONNX_FILE, check_inputs, OPSET)
     return ExportResult(
         model_file=PIR_MODEL_FILE,
         params_file=PARAMS_FILE,
@@ -79,5 +91,6 @@ def export_pir(source_dir: Path, data_dir: Path, out_dir: Path, num_workers: int
             # oneDNN off where an op of the program needs it (PP-OCRv5 mobile det: ArrayAttribute<DoubleAttribute>)
             "paddle_inference": paddle_run,
             "model_prefix": MODEL_PREFIX,
+            FP32_ONNX: converted,  # the FP32 ONNX model quantize calibrates on and convert keeps
         },
     )

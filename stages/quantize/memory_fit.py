@@ -26,7 +26,7 @@ from quantgate.samples.reading import StoredData, open_data
 from quantgate.stages.export.outputs import MODEL_FILE
 from quantgate.stages.quantize.calibration import HISTOGRAM_ALGOS, STATISTIC_ALGOS
 from quantgate.stages.quantize.fine_histogram import FINE_BINS
-from quantgate.stages.quantize.pir_seam import refuse_pir_export
+from quantgate.stages.quantize.pir_seam import is_pir_export, onnx_graph_batch
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,8 @@ def calibration_choice(config: QuantizeConfig, model_dir: Path, data: StoredData
         MemoryRefused: one sample does not fit the budget.
         ProbeFailed: the process measuring calibration's memory failed.
     """
-    refuse_pir_export(model_dir)  # a PIR program: its INT8 comes from the ONNX graph (pir_seam)
+    if is_pir_export(model_dir):  # a PIR program: its INT8 is calibrated on the ONNX graph (pir_seam)
+        return onnx_graph_batch(config, model_dir)
     budget = budget or memory_budget()
     where = (str(Path(model_dir).resolve()), str(Path(data.folder).resolve()), budget)
     key = (*where, config.batch_size, frozenset(calibration_algos(config)))

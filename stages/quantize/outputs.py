@@ -4,6 +4,11 @@ from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.shared.outputs import StageOutputs
 
 SEARCH_FILE = "search.json"
+# A PIR model (PaddleSlim reads no PIR program): INT8 calibrated by quantgate on the export's FP32 ONNX graph, in
+# place of MODEL_FILE and PARAMS_FILE: the raw Q/DQ graph and the scales its program would hold (convert lowers them).
+CALIBRATED_ONNX_FILE = "int8_calibrated.onnx"
+PROGRAM_SCALES_FILE = "program_scales.json"
+CALIBRATED_BY = "calibrated_by"  # who calibrated the INT8 model, in words (absent: PaddleSlim on the Paddle program)
 SEARCH = "search"  # the search's summary in the manifest; absent for strategy 'single'
 # In the search's summary (and search.json):
 FRONTIER = "frontier"  # every trial and the final calibration: drop, speed-up, FP32 layers, `pareto`, `kept`
@@ -15,11 +20,11 @@ DECISIONS = "decisions"  # the paired (McNemar) decisions between candidates, wh
 OUTPUTS = StageOutputs(
     stage="quantize",
     description="PaddleSlim post-training INT8, one recipe or the accuracy-aware search on the validation split",
-    files=(MODEL_FILE, PARAMS_FILE),
-    optional_files=(SEARCH_FILE,),
+    files=(),
+    optional_files=(MODEL_FILE, PARAMS_FILE, SEARCH_FILE, CALIBRATED_ONNX_FILE, PROGRAM_SCALES_FILE),
     metrics=("algo", "recipe", "skip_tensors", "calibration_batches", "calibration_samples",
              "calibration_forward_batches", "calibration_forward_s", "calibration_statistics_s",
              "calibration_statistics_reused", "equalized_tensors", "quantize_linear_ops", "dequantize_linear_ops",
              "fp32_ops", "int8_ops",
-             SEARCH),
+             SEARCH, CALIBRATED_BY),
 )

@@ -1,24 +1,63 @@
-"""The seam where a PIR model's INT8 will come from: PaddleSlim cannot read a PIR program (no PIR support in 2.6,
-and Paddle 3.3.1's static quantizer asserts on one), so its INT8 is to be calibrated on the FP32 ONNX graph
-paddle2onnx 2.x writes (issue 52, item 3). Until that producer lands, a PIR export is refused here, by name, before
-any PaddleSlim call would fail on a missing model.pdmodel."""
+"""The seam where a PIR model's INT8 comes from: PaddleSlim cannot read a PIR program (no PIR support in 2.6, and
+Paddle 3.3.1's static quantizer asserts on one), so quantgate calibrates it on the FP32 ONNX graph the export stage
+wrote with paddle2onnx 2.x (`onnx_calibration`, through `onnx_candidates`).
+
+`strategy: single` calibrates that graph with the configured recipe. The search's driver plans its fall-backs on a
+Paddle program (layer sensitivity, PaddleSlim calibrations), which a PIR export does not have: it is refused here,
+by name, before any PaddleSlim call would fail on a missing model.pdmodel.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from quantgate.errors import BadInput, StageError
-from quantgate.stages.export.outputs import PIR_MODEL_FILE
+from quantgate.memory import BatchChoice, memory_budget
+from quantgate.stages.export.outputs import FP32_ONNX_FILE, PIR_MODEL_FILE
+
+ONNX_GRAPH_BATCH = 32  # the calibration batch on the ONNX graph when quantize.batch_size is unset (`stored_batches`)
 
 
 class PirNotQuantizable(StageError, BadInput):
-    """INT8 for a PIR model is calibrated on its ONNX graph, which is not available yet (exit 2)."""
+    """A PIR model asked for what calibration on its ONNX graph does not do (exit 2)."""
 
 
-def refuse_pir_export(model_dir: Path) -> None:
-    """Raises PirNotQuantizable when `model_dir` (the export stage's folder) holds a PIR program."""
-    if (Path(model_dir) / PIR_MODEL_FILE).is_file():
+def is_pir_export(model_dir: Path) -> bool:
+    """The export stage's folder holds a PIR program (Paddle 3's default format), not a legacy one."""
+    return (Path(model_dir) / PIR_MODEL_FILE).is_file()
+
+
+def require_onnx_graph(model_dir: Path, strategy: str) -> Path:
+    """The FP32 ONNX graph a PIR export's INT8 is calibrated on.
+
+    Raises:
+        PirNotQuantizable: `strategy` is the search (not available for a PIR model yet), or the export holds no
+            FP32 ONNX model (an export from before the export stage made one).
+    """
+    graph = Path(model_dir) / FP32_ONNX_FILE
+    if strategy != "single":
         raise PirNotQuantizable(
-            f"INT8 for a PIR model is calibrated on its ONNX graph: not available yet ({Path(model_dir) / PIR_MODEL_FILE}"
-            " is a PIR program, which PaddleSlim 2.6 cannot quantize). Its FP32 ONNX conversion works; for INT8 now, "
+            f"quantize.strategy {strategy!r} is not available for a PIR model yet ({Path(model_dir) / PIR_MODEL_FILE}"
+            "): the search plans its fall-backs on a Paddle program, and PaddleSlim reads no PIR program. Set "
+            "quantize.strategy: single (INT8 calibrated by quantgate on the ONNX graph with quantize.algo), or "
             "export the model in the legacy format from its training checkpoint (docs/trained-models.md)")
+    if not graph.is_file():
+        raise PirNotQuantizable(f"the PIR export {model_dir} holds no {FP32_ONNX_FILE} to calibrate on: it predates "
+                                "the export stage converting PIR models; run again with --no-reuse")
+    return graph
+
+
+def onnx_graph_batch(config, model_dir: Path) -> BatchChoice:
+    """The calibration batch on a PIR export's ONNX graph: quantize.batch_size, else ONNX_GRAPH_BATCH. Not fitted to
+    the memory budget (no Paddle program to measure): the record says so.
+
+    Raises:
+        PirNotQuantizable: as `require_onnx_graph`.
+    """
+    require_onnx_graph(model_dir, config.strategy)
+    size = config.batch_size or ONNX_GRAPH_BATCH
+    return BatchChoice(
+        loop="calibration", batch_size=size, requested=config.batch_size, ceiling=ONNX_GRAPH_BATCH, fixed_bytes=0,
+        per_sample_bytes=0, budget=memory_budget(), measured_by="not measured",
+        reason=f"{'quantize.batch_size' if config.batch_size else 'the default'} ({size}): calibration on the ONNX "
+               "graph holds one batch's measured tensors; it is not fitted to the memory budget")

@@ -215,16 +215,19 @@ def _training_lines(train_metrics: dict) -> list[str]:
 
 def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metrics: dict,
                     where: dict[str, str], search: dict | None = None, task_lines: list[str] = (),
-                    release_lines: list[str] = (), memory: dict | None = None) -> str:
+                    release_lines: list[str] = (), memory: dict | None = None,
+                    calibrated_by: str | None = None) -> str:
     """The report as markdown; `task_lines` are the task's sections (see TaskSections), `release_lines` the
     comparison with the release, `memory` the stages' peaks and batches (quantgate.memory.record), `where` maps
-    labels to locations (paths, commands) shown at the end."""
+    labels to locations (paths, commands) shown at the end; `calibrated_by`, who calibrated the INT8 model when it
+    was not PaddleSlim (the quantize manifest's `calibrated_by`)."""
     passed = gate_record.get("passed") is True
     outcome = ("The gate passed: this version may become `release`." if passed else
                "The gate failed: `release` does not move to this version; it is kept for inspection.")
     lines = [f"# {title}: gate {'PASSED' if passed else 'FAILED'}", "", outcome, ""]
     lines += _comparison_table(evaluation, gate_record) + [""]
     lines += [*cpu_line(evaluation), ""] if cpu_line(evaluation) else []
+    lines += [f"INT8 calibrated by {calibrated_by}.", ""] if calibrated_by else []
     side_by_side = runtimes_table(evaluation, gate_record)
     lines += [*side_by_side, "", f"![Latency per runtime, FP32 vs INT8]({RUNTIMES_PLOT})", ""] if side_by_side else []
     slower = slower_int8_lines(evaluation, gate_record)
@@ -253,14 +256,15 @@ TASK_SECTIONS = {TEXT_RECOGNITION: text_sections, TEXT_DETECTION: _detection_sec
 def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict, steps_csv: Path | None,
            where: dict[str, str], out_dir: Path, search: dict | None = None, *, data_dir: Path,
            evaluate_dir: Path, duel_dir: Path | None = None, duel_record: dict | None = None,
-           memory: dict | None = None) -> ReportResult:
+           memory: dict | None = None, calibrated_by: str | None = None) -> ReportResult:
     """Write report.md and its pictures into `out_dir`: training.png (`steps_csv` None: a model trained
     elsewhere, whose `train_metrics` are the source stage's); per_class.png and confusion.png for
     classification; disagreements.png when INT8 and FP32 disagree on a test sample; runtimes.png for
     several runtimes; vs_release.png when the release (the duel stage's `duel_record`, its folder `duel_dir`)
     and this version disagree on a paired sample; trade_off.png when `search` (the quantize manifest's search
     summary) has a frontier. `data_dir` and `evaluate_dir` are the data and evaluate
-    stages' folders; `memory`, the earlier stages' peaks and batches (quantgate.memory.record.memory_record).
+    stages' folders; `memory`, the earlier stages' peaks and batches (quantgate.memory.record.memory_record);
+    `calibrated_by`, the quantize manifest's: who calibrated the INT8 model when PaddleSlim did not (a PIR model).
 
     Raises:
         ValueError: the training steps are empty or unreadable.
@@ -295,7 +299,7 @@ def report(title: str, evaluation: dict, gate_record: dict, train_metrics: dict,
         trade_off_plot(search, out_dir / TRADE_OFF_PLOT, f"{title}: INT8 search, accuracy against speed")
         plots.append(TRADE_OFF_PLOT)
     (out_dir / REPORT_FILE).write_text(render_markdown(title, shown, gate_record, train_metrics, where, search,
-                                                       task_lines, release_lines, memory))
+                                                       task_lines, release_lines, memory, calibrated_by))
     metrics = {"report_file": REPORT_FILE, "plots": plots, FONT: sections.font.name if sections.font.draws_strings
                else None, DISAGREEMENTS: sections.disagreements}
     return ReportResult(REPORT_FILE, tuple(plots), metrics)

@@ -1,0 +1,61 @@
+"""A network saved by Paddle 3.3.1's default paddle.jit.save (PIR) goes through `quantgate run` to a gated release:
+FP32 ONNX from paddle2onnx 2.x (made by the export stage, checked against Paddle), INT8 calibrated by quantgate on
+that ONNX graph (PaddleSlim reads no PIR program), lowered by the convert stage, judged in onnxruntime and OpenVINO;
+the records say who calibrated."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "stages"))
+from folder_images import write_image_folder  # noqa: E402
+from test_source_pir import SAVE_TINY_MODEL, run_paddle  # noqa: E402
+
+from quantgate.artifacts import ArtifactStore  # noqa: E402
+
+MODEL = "tiny-pir"
+CALIBRATED_BY = "quantgate on the ONNX graph (PaddleSlim reads no PIR program)"
+
+
+@pytest.fixture(scope="module")
+def pir_run(quantgate_cli, tmp_path_factory):
+    base = tmp_path_factory.mktemp("pir-release")
+    saved = run_paddle(SAVE_TINY_MODEL, True, base / "model" / "inference")
+    assert saved.returncode == 0, saved.stderr[-2000:]
+    assert (base / "model" / "inference.json").is_file()  # Paddle 3's default: a PIR program
+    images = write_image_folder(base / "images", classes=5, per_class=20, size=(18, 18))
+    config = base / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "model_name": MODEL, "trained_model": {"path": str(base / "model")},
+        "data": {"dataset": "image_folder", "path": str(images), "num_workers": 0,
+                 "transforms": {"resize": 16, "center_crop": 16, "mean": [0.5], "std": [0.5]}},
+        "quantize": {"strategy": "single", "algo": "abs_max", "batch_size": 8},
+        "evaluate": {"latency_repeats": 3, "runtimes": ["onnxruntime", "openvino"]},
+        "gate": {"max_accuracy_drop": 100, "min_agreement": 0, "min_speedup": 0},  # plumbing, not accuracy
+    }))
+    result = quantgate_cli.run("run", "--config", str(config), "--store", str(base / "store"), timeout=900)
+    return base / "store", result
+
+
+def test_a_pir_model_runs_to_a_gated_release_with_int8_calibrated_on_its_onnx_graph(pir_run):
+    root, result = pir_run
+    assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
+    store = ArtifactStore(root)
+    version = store.version(MODEL, "v1")
+    record = store.version_record(version)
+    assert record["status"] == ("passed" if result.returncode == 0 else "failed")
+    assert set(record["runtimes"]) == {"onnxruntime", "openvino"}
+    quantize = store.read_manifest(store.finalized_stage_ref(version, "quantize"))["metrics"]
+    assert quantize["calibrated_by"] == CALIBRATED_BY and quantize["quantize_linear_ops"] > 0
+    export = store.read_manifest(store.finalized_stage_ref(version, "export"))["metrics"]
+    assert export["program_format"] == "pir" and export["fp32_onnx"]["converter"]["version"].startswith("2.")
+    convert = store.read_manifest(store.finalized_stage_ref(version, "convert"))["metrics"]
+    assert convert["int8"]["calibrated_by"] == CALIBRATED_BY
+    report = store.verify_stage(store.finalized_stage_ref(version, "report"))
+    assert CALIBRATED_BY in (report / "report.md").read_text(encoding="utf-8")
+    json.dumps(record)  # the record is plain JSON
