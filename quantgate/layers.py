@@ -12,7 +12,9 @@ STAGES_PACKAGE = "quantgate.stages"
 # The libraries beneath the stages, as quantgate.<name>. Their code runs inside stages: a module of theirs that a
 # stage imports is part of that stage's code version (flows/code_version.py), and their log records are the
 # stage's (progress lines on the terminal, the Prefect run's logs).
-LIBRARIES = ("tasks", "samples", "runtimes", "int8", "policy", "ocr", "pictures", "models", "progress", "memory")
+# "pir": its conversion (with the int8 normaliser it calls) makes the export stage's FP32 ONNX model.
+LIBRARIES = ("tasks", "samples", "runtimes", "int8", "policy", "ocr", "pictures", "models", "progress", "memory",
+             "pir")
 
 # Loggers whose records belong to the stage that is running: the stages' and the libraries'.
 WORK_LOGGERS = (STAGES_PACKAGE, *(f"quantgate.{name}" for name in LIBRARIES))

@@ -70,6 +70,9 @@ TASKS = (CLASSIFICATION, TEXT_RECOGNITION, TEXT_DETECTION, OCR_SYSTEM)
 DEFAULT_RUNTIME = ONNXRUNTIME
 KNOWN_RUNTIMES = RUNTIME_NAMES
 PRECISIONS = ("fp32", "int8")
+# bundle.json's {runtime: why} for the runtimes the evaluation found not applicable to the model (Paddle
+# Inference and a PIR program): none of their models is shipped, and predict names the reason when one is asked for.
+RUNTIMES_NOT_APPLICABLE = "runtimes_not_applicable"
 # The key of an evaluated runtime's entry naming where a precision's model lies: {"stage", "files"}.
 SOURCE_KEY = "{precision}_source"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from quantgate.bundle.layout import TEXT_DETECTION, TEXT_RECOGNITION
 from quantgate.bundle.sources import VersionSources
+from quantgate.policy.runtimes import RUNTIMES_NOT_APPLICABLE
 from quantgate.stages.convert.outputs import FP32_FILE, INT8_FILE
 from quantgate.stages.evaluate.outputs import (
     HEADLINE_METRICS,
@@ -56,7 +57,9 @@ def gate_by_runtime(gate: dict, runtimes: tuple[str, ...], primary: str) -> tupl
     for criterion in gate.get(CRITERIA, []):
         name = str(criterion.get("name", ""))
         prefix = name.split(".", 1)[0]
-        criteria.append({**criterion, "runtime": prefix if prefix in runtimes and "." in name else primary})
+        # A runtime found not applicable (Paddle Inference, a PIR model) is named by its one criterion's prefix.
+        named = prefix in runtimes or prefix in (gate.get(RUNTIMES_NOT_APPLICABLE) or {})
+        criteria.append({**criterion, "runtime": prefix if named and "." in name else primary})
     verdicts = gate.get("runtimes")
     if not isinstance(verdicts, dict):
         verdicts = {primary: {PASSED: gate.get(PASSED) is True,

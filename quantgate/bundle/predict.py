@@ -16,7 +16,7 @@ import numpy as np
 
 from quantgate.bundle.engines import load_engine
 from quantgate.bundle.latencies import gate_verdicts, pick_runtime
-from quantgate.bundle.layout import MODEL_CARD_JSON, PRECISIONS, TEXT_RECOGNITION
+from quantgate.bundle.layout import MODEL_CARD_JSON, PRECISIONS, RUNTIMES_NOT_APPLICABLE, TEXT_RECOGNITION
 from quantgate.bundle.verify import VerifiedBundle
 from quantgate.config import TransformsConfig
 from quantgate.errors import BadInput
@@ -54,13 +54,19 @@ def choose_runtime(bundle: VerifiedBundle, runtime: str | None, precision: str) 
     bundle's runtimes that passed the gate and are installed here (`latencies.pick_runtime`).
 
     Raises:
-        NotInBundle: the runtime or precision is not one the bundle holds, or the gate did not pass that runtime.
+        NotInBundle: the runtime or precision is not one the bundle holds (for a runtime the evaluation found not
+            applicable to the model, the reason is named), or the gate did not pass that runtime.
         RuntimeMissing: no runtime is named and none of those that passed the gate is installed here.
     """
     if precision not in PRECISIONS:
         raise NotInBundle(f"precision {precision!r} is not one a bundle holds; choose {' or '.join(PRECISIONS)}")
     if runtime is None:
         return pick_runtime(bundle, precision).runtime
+    why_not = (bundle.manifest.get(RUNTIMES_NOT_APPLICABLE) or {}).get(runtime)
+    if runtime not in bundle.runtimes and why_not:
+        raise NotInBundle(f"bundle {bundle.label} holds no {runtime} model: {runtime} is not applicable to this "
+                          f"model ({why_not}); choose one of {', '.join(bundle.runtimes)} with --runtime, or leave "
+                          "--runtime out")
     if runtime not in bundle.runtimes:
         raise NotInBundle(f"bundle {bundle.root} holds no {runtime} model (it holds {', '.join(bundle.runtimes)}); "
                           "choose one of those with --runtime")

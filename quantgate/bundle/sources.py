@@ -21,6 +21,7 @@ from quantgate.bundle.layout import (
     bundle_path,
 )
 from quantgate.errors import BadInput, Rejected
+from quantgate.policy.runtimes import inapplicable_runtimes
 from quantgate.stages.data.outputs import DATASET_FILE, PREPROCESSING
 from quantgate.stages.source.outputs import OUTPUTS as SOURCE_OUTPUTS
 
@@ -57,6 +58,11 @@ class VersionSources:
 
     def metrics(self, stage: str) -> dict:
         return self.manifests[stage]["metrics"]
+
+    @property
+    def not_applicable(self) -> dict[str, str]:
+        """{runtime: why} for the listed runtimes the evaluation found not applicable to the model (not shipped)."""
+        return inapplicable_runtimes(self.metrics("evaluate"))
 
     @property
     def output_kind(self) -> str:

@@ -25,6 +25,7 @@ from quantgate.bundle.layout import (
     MODEL_CARD_JSON,
     MODEL_CARD_MD,
     PREPROCESSING_FILE,
+    RUNTIMES_NOT_APPLICABLE,
 )
 from quantgate.bundle.manifest import canonical_json, fsync_folder, fsync_tree, sealed_json, write_new
 from quantgate.bundle.model_card import build_card, render_markdown
@@ -118,6 +119,9 @@ def _fill(staging: Path, sources: VersionSources) -> None:
         "outputs": sources.output_kind,
         "runtimes": runtime_files,
         "default_runtime": DEFAULT_RUNTIME if DEFAULT_RUNTIME in runtime_files else sources.runtimes[0],
+        # Runtimes the evaluation found not applicable (Paddle Inference for a PIR model: no Paddle INT8 program):
+        # nothing of theirs is shipped, and predict says why when one is asked for.
+        **({RUNTIMES_NOT_APPLICABLE: sources.not_applicable} if sources.not_applicable else {}),
         # How the gate ran the models; predict runs them the same way, so it reproduces the stored predictions.
         "evaluated_with": {"batch_size": evaluate_config.get("batch_size"), "threads": evaluate_config.get("threads")},
         # What predict ranks the runtimes by when none is named: the run's own latencies, on the run's machine.

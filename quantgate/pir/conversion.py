@@ -4,6 +4,11 @@ paddle2onnx 2.x logs and swallows its own exceptions and has written wrong `epsi
 (Paddle2ONNX #1646), so what it writes is trusted only once it exists, passes onnx.checker and gives Paddle's own
 outputs on the data's first calibration samples. What it cannot read is patched in a copy of the program and the
 patch proven on the same samples (Paddle on the original against Paddle on the copy), or refused naming the op.
+
+What it writes is normalised into paddle2onnx 1.3.1's shapes (quantgate.int8.onnx_normalise) before any check, so the
+model checked, compared with Paddle and kept is the one quantize calibrates and convert lowers: 2.1.0's own graph
+of some models (the PP-OCRv4 rec translated to PIR: a Concat of rank-0 and rank-1 shape pieces) fails onnx.checker
+and cannot even be loaded by onnxruntime, and the lowering's pattern rewrites match only 1.3.1's shapes.
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+from google.protobuf.message import DecodeError
 
+from quantgate.int8.errors import ConversionError
+from quantgate.int8.onnx_normalise import normalise_file
 from quantgate.pir.children import ChildFailed, convert_to_onnx, paddle_outputs
 from quantgate.pir.converter import find_converter
 from quantgate.pir.errors import ConversionRefused
@@ -97,13 +105,14 @@ def _patched_program(pir: PirFolder, scratch: Path, check_inputs: np.ndarray,
 
 
 def convert_fp32(pir: PirFolder, onnx_file: Path, check_inputs: np.ndarray, opset: int) -> dict:
-    """Convert the PIR model to `onnx_file` and prove it: the file exists, passes onnx.checker, and gives Paddle
-    Inference's FP32 outputs on `check_inputs` (the data's first calibration samples). Returns the record.
+    """Convert the PIR model to `onnx_file`, normalised into 1.3.1's shapes, and prove it: the file exists, passes
+    onnx.checker, and gives Paddle Inference's FP32 outputs on `check_inputs` (the data's first calibration
+    samples). Returns the record (the normaliser's rewrite counts under "normalised").
 
     Raises:
         ConverterMissing: paddle2onnx 2.x is not installed (the install line is named).
-        ConversionRefused: paddle2onnx aborted, wrote nothing or an invalid model, or its model's outputs differ
-            from Paddle's; `onnx_file` is not left behind.
+        ConversionRefused: paddle2onnx aborted, wrote nothing or an invalid model, its model cannot be normalised,
+            or its outputs differ from Paddle's; `onnx_file` is not left behind.
         PirProblem: Paddle Inference cannot run the program on the samples.
     """
     converter = find_converter()
@@ -121,6 +130,13 @@ def convert_fp32(pir: PirFolder, onnx_file: Path, check_inputs: np.ndarray, opse
             raise _refuse(onnx_file, f"{what} wrote {'an empty file' if written.is_file() else 'no file'} and "
                           "exited 0 (it logs and swallows its errors); nothing was stored. Run it by hand with "
                           "verbose=True to see the op it failed on")
+        try:
+            normalised = normalise_file(written, written)
+        except (ConversionError, DecodeError, onnx.checker.ValidationError, onnx.shape_inference.InferenceError,
+                ValueError) as exc:  # DecodeError: not an ONNX file at all
+            raise _refuse(onnx_file, f"{what}: its graph cannot be brought to paddle2onnx 1.3.1's shapes, which "
+                          f"quantize's calibration and convert's lowering read ({exc}); nothing was stored. Report "
+                          "the model with this message") from exc
         try:
             onnx.checker.check_model(str(written), full_check=True)
         except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError) as exc:
@@ -141,7 +157,7 @@ def convert_fp32(pir: PirFolder, onnx_file: Path, check_inputs: np.ndarray, opse
         ops[node.op_type] = ops.get(node.op_type, 0) + 1
     return {
         "converter": converter.record(), "opset": opset, "program": pir.program.name,
-        "patches": patches, "bytes": onnx_file.stat().st_size, "nodes": len(graph.node),
+        "patches": patches, "normalised": normalised, "bytes": onnx_file.stat().st_size, "nodes": len(graph.node),
         "ops": dict(sorted(ops.items())),
         "check_vs_paddle": {"samples": len(check_inputs), "max_abs_diff": difference,
                             "max_abs_diff_limit": limit, "paddle_inference": paddle_run},

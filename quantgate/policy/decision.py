@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from quantgate.config import GatePolicy
-from quantgate.policy.criterion import Criterion, criterion, not_applicable, number
+from quantgate.policy.criterion import NOT_APPLICABLE, Criterion, criterion, not_applicable, number
 from quantgate.policy.predictions import (
     DeltaInterval,
     paired_bootstrap_delta,  # noqa: F401  (part of the gate's API, imported from here)
@@ -25,7 +25,9 @@ from quantgate.policy.runtimes import (
     LIBRARY,
     PRIMARY_RUNTIME,
     RUNTIMES,
+    RUNTIMES_NOT_APPLICABLE,
     criterion_name,
+    inapplicable_runtimes,
     measured_runtimes,
     primary_runtime,
     runtime_entry,
@@ -163,10 +165,20 @@ def _primary_problems(metrics: dict, primary: str) -> list[str]:
 
 
 def judged_runtimes(metrics: dict, runtimes: tuple[str, ...] = ()) -> tuple[tuple[str, ...], str]:
-    """The runtimes to judge (`runtimes`, else those the evaluation measured) and the primary one."""
-    listed = tuple(runtimes) or measured_runtimes(metrics)
+    """The runtimes to judge (`runtimes`, else those the evaluation measured, less those it found not applicable)
+    and the primary one."""
+    inapplicable = inapplicable_runtimes(metrics)
+    listed = tuple(runtime for runtime in (tuple(runtimes) or measured_runtimes(metrics))
+                   if runtime not in inapplicable)
     primary = primary_runtime(listed)
     return (primary, *(runtime for runtime in listed if runtime != primary)), primary
+
+
+def _not_judged(metrics: dict) -> dict[str, Criterion]:
+    """{runtime: its one criterion} for each listed runtime the evaluation found not applicable to the model: the
+    reason, never a pass or a fail."""
+    return {runtime: Criterion(f"{runtime}.runtime", None, 1, ">=", "", True, NOT_APPLICABLE, why)
+            for runtime, why in inapplicable_runtimes(metrics).items()}
 
 
 def decide(policy: GatePolicy, metrics: dict, interval: DeltaInterval | None = None,
@@ -181,9 +193,11 @@ def decide(policy: GatePolicy, metrics: dict, interval: DeltaInterval | None = N
     runtime), and against the release on the duel's paired samples in that runtime (`release`: None when
     nothing was released); the primary runtime's criteria keep their plain names. `interval` is the primary
     runtime's, `intervals` any runtime's. The metrics' "task" decides what is judged: text recognition adds
-    cer_increase_pts and release_cer_increase_pts per runtime.
+    cer_increase_pts and release_cer_increase_pts per runtime. A runtime the evaluation found not applicable
+    (RUNTIMES_NOT_APPLICABLE) is not judged: one not_applicable criterion says why.
     """
     listed, primary = judged_runtimes(metrics, runtimes)
+    not_judged = _not_judged(metrics)
     intervals = {**(intervals or {}), **({primary: interval} if interval is not None else {})}
     task, task_problems = task_of_metrics(metrics)
     text = task == TEXT_RECOGNITION
@@ -203,6 +217,7 @@ def decide(policy: GatePolicy, metrics: dict, interval: DeltaInterval | None = N
         criterion("stale_evidence", float(len(stale)), 0, "<=", "problems", "; ".join(stale)),
         own["speedup"],
         *others,
+        *not_judged.values(),
         *((_search(search),) if search is not None else ()),
     )
     verdicts = runtime_verdicts([asdict(criterion) for criterion in criteria], listed, primary)
@@ -213,5 +228,6 @@ def decide(policy: GatePolicy, metrics: dict, interval: DeltaInterval | None = N
         PRIMARY_RUNTIME: primary,
         RUNTIMES: {runtime: {**verdict, "delta_interval": None if intervals.get(runtime) is None
                              else asdict(intervals[runtime])} for runtime, verdict in verdicts.items()},
+        **({RUNTIMES_NOT_APPLICABLE: {runtime: c.note for runtime, c in not_judged.items()}} if not_judged else {}),
     }
     return GateDecision(all(criterion.passed for criterion in criteria), criteria, evidence)

@@ -4,6 +4,10 @@ The evaluation's top-level metrics belong to the primary runtime (onnxruntime wh
 first listed one); every listed runtime also has its own entry under metrics["runtimes"]. The gate
 names the primary runtime's criteria as before (accuracy_drop_pts, ...) and prefixes every other
 runtime's with its name (openvino.accuracy_drop_pts, ...), so one flat list of criteria still decides.
+
+A listed runtime the evaluation found not applicable to the model (Paddle Inference and a PIR program, which has
+no Paddle INT8 program: RUNTIMES_NOT_APPLICABLE) is not judged: one "not_applicable" criterion says why, it
+neither passes nor fails, and it has no verdict under the gate's runtimes.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ RUNTIMES = "runtimes"
 PRIMARY_RUNTIME = "primary_runtime"
 CPU = "cpu"
 PREDICTIONS_FILE_KEY = "predictions_file"
+RUNTIMES_NOT_APPLICABLE = "runtimes_not_applicable"  # {runtime: why}; stages/evaluate/outputs.py says the same
 LIBRARY = "library"
 FP32_MODEL, INT8_MODEL, INT8_OPS = "fp32_model", "int8_model", "int8_ops"
 DEFAULT_RUNTIME = "onnxruntime"
@@ -52,6 +57,12 @@ def measured_runtimes(metrics: Mapping) -> tuple[str, ...]:
     named = tuple(per_runtime) if isinstance(per_runtime, Mapping) and per_runtime else ()
     primary = metrics.get(PRIMARY_RUNTIME) if isinstance(metrics.get(PRIMARY_RUNTIME), str) else primary_runtime(named)
     return (primary, *(name for name in named if name != primary))
+
+
+def inapplicable_runtimes(metrics: Mapping) -> dict[str, str]:
+    """{runtime: why} for the runtimes an evaluation (or a gate record) says are not applicable to the model."""
+    value = metrics.get(RUNTIMES_NOT_APPLICABLE)
+    return {str(runtime): str(why) for runtime, why in value.items()} if isinstance(value, Mapping) else {}
 
 
 def runtime_metrics(metrics: Mapping, runtime: str, primary: str) -> dict | None:

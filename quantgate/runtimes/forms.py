@@ -4,6 +4,9 @@ Each runtime gets the form it runs fastest and really in INT8 (measurements in t
   onnxruntime       convert's fp32.onnx and int8.onnx (QDQ, int8 weights; fused into QLinearConv)
   openvino          the same two files, compiled with a static input shape, precision pinned to f32
   paddle_inference  export's FP32 program and quantize's PaddleSlim INT8 program, oneDNN (INT8 passes on)
+
+A runtime may be "not applicable" to a model (`not_applicable_runtimes`): Paddle Inference to a PIR program, whose
+INT8 model quantgate calibrated on the ONNX graph and which has no Paddle INT8 program to run.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import numpy as np
 
 from quantgate.errors import BadInput, StageError
 from quantgate.stages.evaluate.outputs import ONNXRUNTIME, OPENVINO, PADDLE_INFERENCE, RUNTIME_NAMES
-from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
+from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE, PIR_MODEL_FILE
 
 PADDLE2ONNX_INT8 = "paddle2onnx_int8"  # paddle2onnx's own INT8 model in onnxruntime, reported beside for comparison
 # The Python package each runtime needs, and how to get it.
@@ -33,6 +36,10 @@ class RuntimeUnavailable(StageError, BadInput):
 
 class RuntimeCannotRun(StageError, BadInput):
     """A runtime fails to run a model (an op it cannot execute, named); it never falls back to another runtime."""
+
+
+class RuntimeNotApplicable(RuntimeUnavailable):
+    """A runtime cannot judge this model's INT8 at all (Paddle Inference and a PIR program): not a fault to fix."""
 
 
 @dataclass(frozen=True)
@@ -82,16 +89,35 @@ def check_runtimes(runtimes: tuple[str, ...]) -> None:
         raise RuntimeUnavailable("evaluate.runtimes cannot be evaluated here: " + "; ".join(problems))
 
 
+def not_applicable_runtimes(runtimes: tuple[str, ...], paddle_fp32_dir: Path | None) -> dict[str, str]:
+    """{runtime: why} for each listed runtime that cannot judge this model's INT8 at all: paddle_inference when the
+    export folder holds a PIR program (inference.json)."""
+    if PADDLE_INFERENCE not in runtimes or paddle_fp32_dir is None \
+            or not (Path(paddle_fp32_dir) / PIR_MODEL_FILE).is_file():
+        return {}
+    return {PADDLE_INFERENCE: (
+        "the model is a PIR program (inference.json): its INT8 model was calibrated by quantgate on the ONNX graph, "
+        "since PaddleSlim reads no PIR program, so there is no Paddle INT8 program for Paddle Inference to run; its "
+        "FP32 program ran in Paddle Inference when the export stage checked the FP32 ONNX model against it. Judge "
+        "the INT8 model in onnxruntime or openvino")}
+
+
 def model_forms(runtimes: tuple[str, ...], fp32_onnx: Path, int8_onnx: Path, paddle_fp32_dir: Path | None,
                 paddle_int8_dir: Path | None, paddle2onnx_int8_onnx: Path | None = None
                 ) -> dict[str, dict[str, ModelForm]]:
     """{runtime: {"fp32": form, "int8": form}} for every listed runtime; onnxruntime also runs paddle2onnx's own
     INT8 model (PADDLE2ONNX_INT8, the same PaddleSlim scales before lowering) beside, for comparison, when given.
+    The caller leaves out the runtimes `not_applicable_runtimes` names (the evaluate stage records why).
 
     Raises:
         RuntimeUnavailable: paddle_inference is listed but the Paddle model folders were not given.
+        RuntimeNotApplicable: a listed runtime is not applicable to the model (why is said).
     """
     fp32_onnx, int8_onnx = Path(fp32_onnx), Path(int8_onnx)
+    inapplicable = not_applicable_runtimes(runtimes, paddle_fp32_dir)
+    if inapplicable:
+        raise RuntimeNotApplicable("; ".join(f"{runtime} is not applicable: {why}"
+                                             for runtime, why in inapplicable.items()))
     forms = {}
     for runtime in runtimes:
         if runtime == ONNXRUNTIME:

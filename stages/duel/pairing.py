@@ -31,6 +31,7 @@ from quantgate.stages.duel.scoring import ReleaseIncomparable, model_files_diges
 from quantgate.stages.evaluate.outputs import (
     PREDICTIONS_FILE_KEY,
     PRIMARY_RUNTIME,
+    RUNTIMES_NOT_APPLICABLE,
     SAMPLE_IDS,
     primary_runtime,
     runtime_predictions_file,
@@ -216,7 +217,8 @@ def duel(release: ReleaseModel, data_dir: Path, evaluate_dir: Path, evaluation: 
         ids, references = sample_ids(candidate, TEST)[rows], candidate.references(TEST)[rows]
         metrics.update({**dropped, out.PAIRED_SAMPLES: len(rows),
                         out.PAIRED_FINGERPRINT: hashlib.sha256("\n".join(ids.tolist()).encode()).hexdigest()})
-        for runtime in runtimes:
+        # A runtime the evaluation found not applicable (Paddle Inference, a PIR model) has nothing to pair.
+        for runtime in (name for name in runtimes if name not in (evaluation.get(RUNTIMES_NOT_APPLICABLE) or {})):
             metrics[out.RUNTIMES][runtime] = _one_runtime(release, released.spec, runtime, candidate, rows, ids,
                                                           references, mapping, evaluate_dir, evaluation, out_dir,
                                                           batch_size, threads, cache)

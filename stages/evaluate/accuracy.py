@@ -15,7 +15,15 @@ from quantgate.errors import StageError
 from quantgate.memory import BATCHES_KEY, return_freed_memory
 from quantgate.progress import Progress
 from quantgate.runtimes.cpu import cpu_record
-from quantgate.runtimes.forms import Runner, check_runtimes, library, model_forms, open_runner
+from quantgate.runtimes.forms import (
+    Runner,
+    RuntimeNotApplicable,
+    check_runtimes,
+    library,
+    model_forms,
+    not_applicable_runtimes,
+    open_runner,
+)
 from quantgate.runtimes.latency import measure_forms
 from quantgate.runtimes.ort_forms import onnxruntime_int8_form
 from quantgate.samples.reading import StoredData, open_data
@@ -27,6 +35,7 @@ from quantgate.stages.evaluate.outputs import (
     INT8_FLOAT_LAYERS,
     ONNXRUNTIME,
     OPENVINO,
+    RUNTIMES_NOT_APPLICABLE,
     SAMPLE_IDS,
     primary_runtime,
     runtime_predictions_file,
@@ -115,18 +124,34 @@ def evaluate(
     `paddle2onnx_int8_onnx`, when given and onnxruntime is listed, is paddle2onnx's own INT8 model (the same
     PaddleSlim scales before lowering): its onnxruntime accuracy, agreement and latency are reported beside.
     `paddle_fp32_dir`, `paddle_int8_dir`: the export and quantize stage folders (needed for paddle_inference).
+    A listed runtime that cannot judge this model's INT8 (paddle_inference for a PIR program: no Paddle INT8
+    program) is not run; RUNTIMES_NOT_APPLICABLE says why, and the gate neither passes nor fails it.
 
     Raises:
         RuntimeUnavailable: a listed runtime's package is missing, or its model folders were not given.
+        RuntimeNotApplicable: no listed runtime, or not the primary one, applies to the model.
         NoInt8Kernels: a runtime runs none of the INT8 model's convolutions and matmuls in INT8.
         MemoryRefused: not even one sample, or not the latency batch, fits the memory budget.
         StageError: a latency measurement process failed.
         DataError: `data_dir` is not a data stage's output, or an image changed since the data stage.
     """
-    runtimes = tuple(config.runtimes)
-    check_runtimes(runtimes)
-    return _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2onnx_int8_onnx, num_workers,
-                     paddle_fp32_dir, paddle_int8_dir)
+    listed = tuple(config.runtimes)
+    check_runtimes(listed)
+    inapplicable = not_applicable_runtimes(listed, paddle_fp32_dir)
+    runtimes = tuple(runtime for runtime in listed if runtime not in inapplicable)
+    if inapplicable and (not runtimes or primary_runtime(runtimes) != primary_runtime(listed)):
+        # The gate names the primary runtime's criteria by their plain names: it must be one that applies.
+        raise RuntimeNotApplicable(
+            f"evaluate.runtimes {list(listed)}: " + "; ".join(f"{runtime} is not applicable: {why}"
+                                                            for runtime, why in inapplicable.items())
+            + ". List onnxruntime in evaluate.runtimes: the primary runtime must be one that applies")
+    result = _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2onnx_int8_onnx,
+                       num_workers, paddle_fp32_dir, paddle_int8_dir)
+    if not inapplicable:
+        return result
+    for runtime, why in inapplicable.items():
+        log.info("evaluate: %s not applicable: %s", runtime, why)
+    return EvaluateResult(result.predictions_file, {**result.metrics, RUNTIMES_NOT_APPLICABLE: inapplicable})
 
 
 def _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2onnx_int8_onnx, num_workers,

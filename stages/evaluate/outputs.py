@@ -57,6 +57,10 @@ PREDICTIONS_FILE_KEY = "predictions_file"
 # In onnxruntime's entry, when the INT8 model keeps float layers (a recognizer's LSTM, the search's FP32
 # fall-backs): their counts and share of its kernel time (stages/evaluate/float_layers.py).
 INT8_FLOAT_LAYERS = "int8_float_layers"
+# {runtime: why} for each listed runtime that cannot judge the model's INT8 at all (Paddle Inference and a PIR
+# program: quantgate.runtimes.forms.not_applicable_runtimes); such a runtime has no entry under RUNTIMES, and the
+# gate neither passes nor fails it.
+RUNTIMES_NOT_APPLICABLE = "runtimes_not_applicable"
 ORT_INT8_PATH = "ort_int8_path"  # in onnxruntime's entry: which MLAS kernel family its INT8 convolutions take
 
 # What the version record, `quantgate versions`, the summary and the Prefect artifact show.
@@ -107,6 +111,6 @@ OUTPUTS = StageOutputs(
     metrics=(*HEADLINE_METRICS, "test_samples", "max_abs_logit_diff", "per_class_top1_pct_fp32",
              "per_class_top1_pct_int8", "latency_batch_size", "latency_repeats", "ort_threads",
              "size_ratio_int8_vs_fp32", LATENCY_P50_FP32_BATCH1, LATENCY_P50_INT8_BATCH1, SPEEDUP_BATCH1,
-             "onnxruntime", RUNTIMES, PRIMARY_RUNTIME, CPU, TASK, ACCURACY_METRIC,
+             "onnxruntime", RUNTIMES, RUNTIMES_NOT_APPLICABLE, PRIMARY_RUNTIME, CPU, TASK, ACCURACY_METRIC,
              *TEXT_METRICS, "paddle2onnx_int8_cer_pct"),
 )

@@ -173,3 +173,25 @@ def test_the_pp_ocrv4_twin_normalised_lowers_with_the_rewrites_of_1_3_1s_graph(t
     assert lowered["twin"]["integer_hardswish"] == 13 and lowered["twin"]["absorbed_affines"]["into_convolution"] > 0
     int8 = [outputs(tmp_path / f"{name}.int8.onnx", lines)[0] for name in ("legacy", "twin")]
     assert np.abs(int8[0] - int8[1]).max() <= 1e-5
+
+
+@pytest.mark.slow
+def test_the_pp_ocrv4_twin_converts_through_convert_fp32_normalised_and_matches_paddle(tmp_path):
+    """2.1.0's own graph of the twin cannot be loaded by onnxruntime (a Concat of rank-0 and rank-1 shape pieces):
+    the conversion normalises before it checks, so the twin converts, and the kept model is the normalised one."""
+    from quantgate.pir.conversion import convert_fp32
+    from quantgate.pir.folder import PirFolder
+
+    run_paddle(TRANSLATE_TO_PIR, False, paddleocr_models().rec, tmp_path / "twin")
+    entries = render_financial_lines(tmp_path / "lines", 4, seed=5)
+    lines = model_inputs([tmp_path / "lines" / path for path, _ in entries], REC_SHAPE).astype(np.float32)
+    (tmp_path / "out").mkdir()
+    record = convert_fp32(PirFolder(tmp_path / "twin", "inference"), tmp_path / "out" / "fp32.onnx", lines, OPSET)
+
+    assert record["normalised"]["scalars_unsqueezed_for_concat"] > 0  # what onnxruntime could not load
+    assert record["normalised"]["hardswish_rebuilt"] == 28 and record["normalised"]["identities_dropped"] > 200
+    checked = record["check_vs_paddle"]
+    assert checked["samples"] == 4 and checked["max_abs_diff"] <= checked["max_abs_diff_limit"]
+    kept = ops(onnx.load(str(tmp_path / "out" / "fp32.onnx")))
+    assert kept["Identity"] == 0 and kept["HardSwish"] == 28 and record["ops"] == dict(sorted(kept.items()))
+    assert [path.name for path in (tmp_path / "out").iterdir()] == ["fp32.onnx"]  # no scratch left behind
