@@ -3,7 +3,9 @@
 The base trial is the recipe closest to FP32. Its layers are ranked by what leaving each one alone
 in FP32 gives back (`layer_sensitivity.rank_layers`); a set of fall-backs is judged by the
 estimate (`FallbackEstimator`, no PaddleSlim run) before a real trial confirms it. A layer whose
-fall-back cannot be assembled from the base calibration is measured by a PaddleSlim run instead.
+fall-back cannot be assembled from the base calibration is measured by a PaddleSlim run instead. What is
+PaddleSlim's (the layers, the estimator, a real run for one layer) comes from the runner's producer
+(`trials.Producer`): on a PIR model's ONNX graph every "estimate" is a real calibration from the base's statistics.
 
 A fall-back is a group: the layer and the grids that only feed it (`groups`). An AdaRound base is ranked and
 estimated on its nearest-rounding twin (the same recipe, rounding 'nearest'): AdaRound moves codes off the
@@ -16,15 +18,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-from pathlib import Path
 
 from quantgate.config import QuantizeConfig, QuantizeRecipe
 from quantgate.errors import StageError
-from quantgate.int8.onnx_conversion import to_onnx
-from quantgate.int8.paddle_quantization import quantized_layers
 from quantgate.progress import live
-from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
-from quantgate.stages.quantize.layer_sensitivity import FallbackEstimator, float_weights, lowered_model, rank_layers
+from quantgate.stages.quantize.layer_sensitivity import FallbackEstimator, rank_layers
 from quantgate.stages.quantize.trials import Trial, TrialRunner, content_digest
 from quantgate.stages.quantize.validation_check import policy_failures
 
@@ -39,54 +37,36 @@ class FallbackRanking:
         # What the ranking and the estimates start from: the base, or an AdaRound base's nearest-rounding twin.
         self.twin_settings = (base_settings.with_recipe(QuantizeRecipe(rounding="nearest"))
                               if base_settings.rounding == "adaptive" else None)
-        self._layers: list[str] | None = None  # the layers PaddleSlim quantized in the base trial
-        self._float_weights: dict | None = None  # every layer's float weight, from PaddleSlim with all skipped
+        self._layers: list[str] | None = None  # the layers quantized in the base trial
         self._estimators: dict[tuple[str, ...], FallbackEstimator | None] = {}
         self.estimates: list[dict] = []  # fall-back sets scored without a PaddleSlim run
 
     def layers(self) -> list[str]:
-        """The layers PaddleSlim quantized in the base trial (weight names, graph order), read once."""
+        """The layers quantized in the base trial (weight names, graph order), read once (`Producer.layers`)."""
         if self._layers is None:
-            self._layers = quantized_layers(self.base.paddle2onnx_file, self.base.folder / Path(MODEL_FILE).stem)
+            self._layers = self.runner.producer.layers(self.base)
         return self._layers
 
-    def _calibration_skipping(self, layers: tuple[str, ...]) -> Path:
-        """PaddleSlim's model for the base recipe with `layers` left in FP32 (cached like any calibration)."""
-        settings = self.twin_settings or self.base_settings
-        return self.runner.calibrate(settings.with_recipe(QuantizeRecipe(), layers))[0]
-
-    def _float_model(self, layers: tuple[str, ...]) -> Path:
-        """PaddleSlim's model with every one of `layers` skipped: only its float weights are read, and no recipe
-        changes those, so it calibrates with 'abs_max', which needs the statistics' first pass only (with the base
-        recipe, PaddleSlim's own 'mse' once spent 22 min here on PP-OCRv4's recognizer for scales nobody reads)."""
-        cheapest = QuantizeRecipe(algo="abs_max", bias_correction=False, rounding="nearest")  # nothing to fit
-        return self.runner.calibrate(self.base_settings.with_recipe(cheapest, layers), allow_float=True)[0]
-
     def estimator(self, skipped: tuple[str, ...] = ()) -> FallbackEstimator | None:
-        """What FP32 fall-backs of the base trial would score, from one extra PaddleSlim run (cached).
+        """What FP32 fall-backs of the base trial would score without a full trial (`Producer.estimator`: for
+        PaddleSlim, from one extra PaddleSlim run, cached; on the ONNX graph, real calibrations from the base's
+        statistics).
 
         `skipped`: layers whose fall-back cannot be assembled (`FallbackEstimator.float_weights` lacks
-        them); the estimate then starts from a real PaddleSlim calibration with them skipped.
+        them); the estimate then starts from a real calibration with them skipped.
         """
         if skipped in self._estimators:
             return self._estimators[skipped]
         layers = self.layers()
         try:
-            if self._float_weights is None:
-                self._float_weights = float_weights(self._float_model(tuple(layers)))
-            calibration, raw = self.base.folder, self.base.paddle2onnx_file
-            if skipped or self.twin_settings is not None:
-                calibration = self._calibration_skipping(skipped)
-                raw = self.runner.scratch / f"estimate-base-{len(self._estimators)}.onnx"
-                to_onnx(calibration / MODEL_FILE, calibration / PARAMS_FILE, raw)
-            estimator = FallbackEstimator(raw, calibration, self._float_weights, self.runner.check,
-                                          [layer for layer in layers if layer not in skipped], self.runner.lowering)
+            estimator = self.runner.producer.estimator(self.base, self.base_settings, self.twin_settings, layers,
+                                                       skipped, self.runner.check, len(self._estimators))
             if not skipped:
                 log.info("search: FP32 fall-backs can be estimated for %d of %d layers; not for %s",
                          len(estimator.float_weights), len(layers),
                          ", ".join(sorted(set(layers) - set(estimator.float_weights))) or "none")
         except (StageError, RuntimeError, ValueError) as exc:
-            log.warning("search: no fall-back estimates (%s); each layer is measured by a PaddleSlim run", exc)
+            log.warning("search: no fall-back estimates (%s); each layer is measured by a real calibration", exc)
             estimator = None
         self._estimators[skipped] = estimator
         return estimator
@@ -116,17 +96,19 @@ class FallbackRanking:
         layers = self.layers()
         estimable = set(estimator.float_weights) if estimator is not None else set()
 
+        unbuildable = (StageError, RuntimeError, ValueError, AssertionError, KeyError, IndexError)
+
         def score_without(layer: str) -> dict:
-            if layer in estimable:
-                return estimator.score((layer,))
-            lowered = scratch / f"without-{layers.index(layer)}.onnx"  # a real PaddleSlim run
+            lowered = scratch / f"without-{layers.index(layer)}.onnx"  # a real calibration
             try:
-                lowered_model(self._calibration_skipping((layer,)), lowered, runner.lowering)
-            except (StageError, RuntimeError, ValueError, AssertionError, KeyError, IndexError) as exc:
+                if layer in estimable:  # on the ONNX graph a real calibration too, which can fail as one
+                    return estimator.score((layer,))
+                runner.producer.lowered_without(self.twin_settings or self.base_settings, (layer,), lowered)
+            except unbuildable as exc:
                 # this layer's fall-back cannot be built: it is not ranked (never fallen back), the rest are
                 log.warning("search: the FP32 fall-back of %s could not be built and is not ranked: %s", layer, exc)
                 return None
-            return {**runner.check.score(lowered), "measured_by": "paddleslim"}
+            return {**runner.check.score(lowered), "measured_by": runner.producer.name}
 
         # The ranking may use half of the time left; the fall-back trials need the rest.
         deadline = time.monotonic() + (runner.budget.timeout_s - runner.elapsed_s()) / 2
@@ -149,7 +131,12 @@ class FallbackRanking:
         estimator = self.estimator(skipped)
         if estimator is None:
             return None
-        validation = estimator.score([layer for layer in float_layers if layer not in skipped])
+        try:
+            validation = estimator.score([layer for layer in float_layers if layer not in skipped])
+        except (StageError, RuntimeError, ValueError, AssertionError, KeyError, IndexError) as exc:
+            log.warning("search: the estimate with %d FP32 layers could not be built (%s); a real trial decides",
+                        len(float_layers), exc)
+            return None
         failures = policy_failures(self.runner.policy,
                                    {**validation, "speedup_int8_vs_fp32": self.base.speedup_int8_vs_fp32})
         self.estimates.append({"float_layers": list(float_layers), "validation": validation, "passed": not failures})

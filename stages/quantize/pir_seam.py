@@ -2,9 +2,9 @@
 Paddle 3.3.1's static quantizer asserts on one), so quantgate calibrates it on the FP32 ONNX graph the export stage
 wrote with paddle2onnx 2.x (`onnx_calibration`, through `onnx_candidates`).
 
-`strategy: single` calibrates that graph with the configured recipe. The search's driver plans its fall-backs on a
-Paddle program (layer sensitivity, PaddleSlim calibrations), which a PIR export does not have: it is refused here,
-by name, before any PaddleSlim call would fail on a missing model.pdmodel.
+`strategy: single` calibrates that graph with the configured recipe; the search's candidates are calibrated on it
+too (`onnx_candidates.OnnxGraphProducer`, chosen by `TrialRunner` from `is_pir_export`), where a fall-back is a
+skip list: the layer's Q/DQ pairs dropped.
 """
 
 from __future__ import annotations
@@ -27,20 +27,13 @@ def is_pir_export(model_dir: Path) -> bool:
     return (Path(model_dir) / PIR_MODEL_FILE).is_file()
 
 
-def require_onnx_graph(model_dir: Path, strategy: str) -> Path:
+def require_onnx_graph(model_dir: Path) -> Path:
     """The FP32 ONNX graph a PIR export's INT8 is calibrated on.
 
     Raises:
-        PirNotQuantizable: `strategy` is the search (not available for a PIR model yet), or the export holds no
-            FP32 ONNX model (an export from before the export stage made one).
+        PirNotQuantizable: the export holds no FP32 ONNX model (an export from before the export stage made one).
     """
     graph = Path(model_dir) / FP32_ONNX_FILE
-    if strategy != "single":
-        raise PirNotQuantizable(
-            f"quantize.strategy {strategy!r} is not available for a PIR model yet ({Path(model_dir) / PIR_MODEL_FILE}"
-            "): the search plans its fall-backs on a Paddle program, and PaddleSlim reads no PIR program. Set "
-            "quantize.strategy: single (INT8 calibrated by quantgate on the ONNX graph with quantize.algo), or "
-            "export the model in the legacy format from its training checkpoint (docs/trained-models.md)")
     if not graph.is_file():
         raise PirNotQuantizable(f"the PIR export {model_dir} holds no {FP32_ONNX_FILE} to calibrate on: it predates "
                                 "the export stage converting PIR models; run again with --no-reuse")
@@ -54,7 +47,7 @@ def onnx_graph_batch(config, model_dir: Path) -> BatchChoice:
     Raises:
         PirNotQuantizable: as `require_onnx_graph`.
     """
-    require_onnx_graph(model_dir, config.strategy)
+    require_onnx_graph(model_dir)
     size = config.batch_size or ONNX_GRAPH_BATCH
     return BatchChoice(
         loop="calibration", batch_size=size, requested=config.batch_size, ceiling=ONNX_GRAPH_BATCH, fixed_bytes=0,

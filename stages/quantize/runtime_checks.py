@@ -46,8 +46,8 @@ NOT_JUDGED = "not_judged"  # in a runtime's entry: why that runtime did not judg
 class Candidate:
     """One INT8 model for the search to judge, whoever produced it: what the runtimes run and what the record says.
 
-    A producer (PaddleSlim's calibration and the lowering, `TrialRunner.paddleslim_candidate`; later a calibration
-    on the ONNX graph, a refit) builds one and hands it to `TrialRunner.judge`; the judging never asks who made it.
+    A producer (PaddleSlim's calibration and the lowering, `paddleslim_producer`; quantgate's calibration on a PIR
+    model's ONNX graph, `onnx_candidates`; later a refit) builds one and hands it to `TrialRunner.judge`; the judging never asks who made it.
     """
 
     int8_onnx: Path  # the lowered QDQ model: what onnxruntime and OpenVINO run
@@ -58,10 +58,13 @@ class Candidate:
     calibration_digest: str
     calibration_s: float  # what calibrating it cost (near 0 from the cache)
     produced_s: float  # what producing it cost in all (the calibration, the conversion, the lowering)
-    producer: str  # who produced it: "paddleslim", later "onnx-graph"
+    producer: str  # who produced it: "paddleslim", "onnx-graph"
     calibration_cached: bool = False
     statistics_reused: bool = False
     unlowered_onnx: Path | None = None  # the conversion before the lowering (paddle2onnx's), where there was one
+    # Where the producer keeps the files the stage writes for it, when that is not `program` (a calibration on the
+    # ONNX graph: its raw Q/DQ graph, program scales and calibration record).
+    calibration_folder: Path | None = None
 
 
 def _open(policy: GatePolicy, runtime: str, task: str) -> bool:
@@ -86,18 +89,20 @@ def judged_runtimes(policy: GatePolicy, listed: tuple[str, ...], task: str) -> t
     return tuple(judged), skipped
 
 
-def fp32_form(runtime: str, fp32_onnx: Path, fp32_program: Path) -> ModelForm:
+def fp32_form(runtime: str, fp32_onnx: Path, fp32_program: Path | None) -> ModelForm:
     """The FP32 model `runtime` compares a candidate with: export's program for Paddle Inference, else the ONNX file."""
     if runtime == PADDLE_INFERENCE:
         return ModelForm(Path(fp32_program), False, "export's FP32 program (oneDNN FP32)", "export")
     return ModelForm(Path(fp32_onnx), False, Path(fp32_onnx).name, "quantize")
 
 
-def runner_forms(runtimes: tuple[str, ...], fp32_onnx: Path, fp32_program: Path) -> dict[tuple[str, str], ModelForm]:
+def runner_forms(runtimes: tuple[str, ...], fp32_onnx: Path,
+                 fp32_program: Path | None) -> dict[tuple[str, str], ModelForm]:
     """Every runner judging in `runtimes` opens, for the memory estimate (as if all were open at once; they run one
-    runtime after another): a candidate is the FP32 network's twin, so each runtime's FP32 form stands for both."""
+    runtime after another): a candidate is the FP32 network's twin, so each runtime's FP32 form stands for both.
+    Without an FP32 program (a PIR export) Paddle Inference judges no candidate, and opens nothing."""
     return {(runtime, kind): fp32_form(runtime, fp32_onnx, fp32_program) for runtime in runtimes
-            for kind in ("fp32", "int8")}
+            if fp32_program is not None or runtime != PADDLE_INFERENCE for kind in ("fp32", "int8")}
 
 
 def _binding(entries: Mapping[str, dict]) -> str:
@@ -111,9 +116,11 @@ class RuntimeChecks:
     """The validation checks of every judged runtime (each with its FP32 outputs, computed once on first use) and
     the FP32 models they compare with; `judge` scores one candidate in all of them."""
 
-    def __init__(self, policy: GatePolicy, listed: tuple[str, ...], fp32_onnx: Path, fp32_program: Path,
+    def __init__(self, policy: GatePolicy, listed: tuple[str, ...], fp32_onnx: Path, fp32_program: Path | None,
                  data: StoredData, threads: int, batch_size: int, num_workers: int = 0):
-        self.policy, self.fp32_onnx, self.fp32_program = policy, Path(fp32_onnx), Path(fp32_program)
+        # fp32_program None: a PIR export, whose candidates have no program either (Paddle Inference not applicable)
+        self.policy, self.fp32_onnx = policy, Path(fp32_onnx)
+        self.fp32_program = None if fp32_program is None else Path(fp32_program)
         self.runtimes, self.skipped = judged_runtimes(policy, listed, data.task.name)
         self.data, self.threads, self.batch_size, self.num_workers = data, threads, batch_size, num_workers
         self._checks: dict[str, ValidationCheck] = {}

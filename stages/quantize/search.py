@@ -3,7 +3,9 @@ gate policy holds on the validation split, within a budget.
 
 One trial = PaddleSlim calibration with one recipe and skip list -> paddle2onnx -> the lowering ->
 accuracy on the validation split and latency against FP32, judged by the gate's own criteria
-(`validation_check`). The order, as Intel Neural Compressor and NNCF's accuracy control do it:
+(`validation_check`). For a PIR model the calibration is quantgate's, on the export's FP32 ONNX graph
+(`trials.Producer`, chosen once; a fall-back there is the layer's Q/DQ pairs dropped); the phases are the same.
+The order, as Intel Neural Compressor and NNCF's accuracy control do it:
 
 1. recipes (`quantize.search.recipes`), in order; the first is plain PTQ with quantize's settings.
    A recipe that passes with every layer quantized ends the search: other recipes build the same
@@ -55,8 +57,8 @@ from quantgate.errors import StageError
 from quantgate.int8.lower_int8 import Lowering
 from quantgate.memory import BATCHES_KEY
 from quantgate.samples.reading import open_data
-from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.quantize import evidence
+from quantgate.stages.quantize.candidate_cache import CALIBRATION_METRICS, Cache
 from quantgate.stages.quantize.fallback_groups import CANDIDATE_FAILURES, attempt, candidates, revert_groups
 from quantgate.stages.quantize.fallback_ranking import FallbackRanking
 from quantgate.stages.quantize.memory_fit import CALIBRATION_LOOP, calibration_choice, choice_record, fitted
@@ -68,13 +70,7 @@ from quantgate.stages.quantize.search_record import (
     search_summary,
     write_search_record,
 )
-from quantgate.stages.quantize.trials import (
-    CALIBRATION_METRICS,
-    VALIDATION_LOOP,
-    Cache,
-    Trial,
-    TrialRunner,
-)
+from quantgate.stages.quantize.trials import VALIDATION_LOOP, Trial, TrialRunner
 from quantgate.stages.quantize.validation_check import samples_to_show
 
 log = logging.getLogger(__name__)
@@ -84,7 +80,8 @@ def search_quantization(
     config: QuantizeConfig, policy: GatePolicy, evaluate_config: EvaluateConfig, model_dir: Path, data_dir: Path,
     out_dir: Path, cache: Cache | None = None, num_workers: int = 0, lowering: Lowering = Lowering(),
 ) -> QuantizeResult:
-    """Run the search and write the kept PaddleSlim model and `search.json` to `out_dir`.
+    """Run the search and write the kept model (PaddleSlim's program; for a PIR export the raw calibrated ONNX graph
+    and its program scales, as `strategy: single` writes them) and `search.json` to `out_dir`.
 
     The model written is the kept recipe calibrated on quantize's own rows (see the module's docstring);
     the manifest's calibration metrics are that model's.
@@ -115,7 +112,8 @@ def search_quantization(
         kept = _decided(runner, "kept trial", evidence.kept(runner.trials))
         final = _final(runner, kept)
         written = kept if final is None else final.written
-        for name in (MODEL_FILE, PARAMS_FILE):
+        written_files = runner.producer.written_files  # PaddleSlim's program, or the calibrated ONNX graph
+        for name in written_files:
             shutil.copy2(written.folder / name, Path(out_dir) / name)
         calibration = json.loads((written.folder / CALIBRATION_METRICS).read_text())  # the written model's
     summary = search_summary(config, runner, kept, outcome, final, validation_needed)
@@ -129,7 +127,7 @@ def search_quantization(
         log.warning("search: %s", final.note)
     batches = {CALIBRATION_LOOP: choice_record(requested, calibration_batch),
                VALIDATION_LOOP: runner.validation_batch.record()}
-    return QuantizeResult(MODEL_FILE, PARAMS_FILE, {**calibration, SEARCH: summary, BATCHES_KEY: batches})
+    return QuantizeResult(*written_files, {**calibration, SEARCH: summary, BATCHES_KEY: batches})
 
 
 def _decided(runner: TrialRunner, purpose: str, chosen: tuple[Trial, list[dict]]) -> Trial:

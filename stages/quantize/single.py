@@ -28,14 +28,14 @@ def quantize(
     Raises:
         QuantizationError: the calibration split is too small, or (PIR) a recipe calibration on the ONNX graph does
             not do (bias_correction, AdaRound).
-        PirNotQuantizable: a PIR export with strategy other than 'single', or without its FP32 ONNX model.
+        PirNotQuantizable: a PIR export without its FP32 ONNX model.
         MemoryRefused: one calibration sample does not fit the memory budget (a legacy program).
         DataError: `data_dir` is not a data stage's output, or an image changed since the data stage.
     """
     if not is_pir_export(model_dir):
         return quantize_program(config, model_dir, model_file, params_file, data_dir, out_dir,
                                 num_workers=num_workers, weight_bits=weight_bits, hardswish_grids=hardswish_grids)
-    graph = require_onnx_graph(model_dir, config.strategy)
+    graph = require_onnx_graph(model_dir)
     data = open_data(data_dir)
     choice = calibration_choice(config, model_dir, data)
     try:

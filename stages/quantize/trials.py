@@ -1,16 +1,16 @@
-"""The search's trials: one PaddleSlim calibration, lowered and judged on the validation split, within a budget.
+"""The search's trials: one candidate calibrated, lowered and judged on the validation split, within a budget.
 
-A candidate INT8 model is judged in one place, `TrialRunner.judge`, whoever produced it (`runtime_checks.Candidate`:
-PaddleSlim's calibration and the lowering are one producer, `paddleslim_candidate`), in every runtime the gate
-judges (`runtime_checks`): it passes only where it passes in each, against that runtime's own FP32.
+A candidate INT8 model is judged in one place, `TrialRunner.judge`, whoever produced it (`runtime_checks.Candidate`),
+in every runtime the gate judges (`runtime_checks`): it passes only where it passes in each, against that runtime's
+own FP32. The producer is chosen once, from the export's program format (`Producer`): PaddleSlim's calibration of
+a legacy program (`paddleslim_producer`), or quantgate's calibration of a PIR export's FP32 ONNX graph
+(`onnx_candidates`: PaddleSlim reads no PIR program).
 
-One trial = PaddleSlim calibration with one recipe and skip list -> paddle2onnx -> the lowering ->
-accuracy on the validation split and latency against FP32, judged by the gate's own criteria
-(`validation_check`). Calibrations are keyed by a digest of everything that decides them, so a
-trial that repeats one (in this search, or from the cache of an earlier run) costs no PaddleSlim run.
-What a calibration measures on the FP32 activations (`calibration.Statistics`) is keyed apart, by
-the model, the rows and the batch size only: a trial that differs in hist_percent, bias_correction,
-weight_quantize_type or skip_tensors ('hist', 'KL', 'abs_max', 'avg') reuses it and runs no forward pass.
+One trial = a calibration with one recipe and skip list -> the lowering -> accuracy on the validation split and
+latency against FP32, judged by the gate's own criteria (`validation_check`). Calibrations are keyed by a digest
+of everything that decides them (`candidate_cache`), so a trial that repeats one (in this search, or from the cache
+of an earlier run) costs no calibration; what a calibration measures on the FP32 activations is reused by a trial
+that differs in thresholds or skip list only.
 
 Trials calibrate on at most `quantize.search.trial_calibration_samples` rows (`trial_settings`); the
 final calibration of the kept recipe (`final_trial`) uses quantize's own setting. The row count is
@@ -20,13 +20,10 @@ ever taken for the other's.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
-from contextlib import AbstractContextManager
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from importlib.metadata import version as installed_version
 from pathlib import Path
 from typing import Protocol
 
@@ -34,18 +31,18 @@ import numpy as np
 
 from quantgate.config import EvaluateConfig, GatePolicy, QuantizeConfig, QuantizeRecipe
 from quantgate.int8.lower_int8 import Lowering
-from quantgate.int8.onnx_conversion import to_onnx
 from quantgate.progress import live
 from quantgate.runtimes.latency import measure_batch_sizes
 from quantgate.runtimes.memory_fit import RUNNER_CEILING, runners_batch
 from quantgate.samples.reading import open_data
 from quantgate.stages.evaluate.outputs import ONNXRUNTIME
-from quantgate.stages.export.outputs import MODEL_FILE, PARAMS_FILE
 from quantgate.stages.quantize import evidence
-from quantgate.stages.quantize.calibration import STATISTIC_ALGOS, Statistics
-from quantgate.stages.quantize.layer_sensitivity import lowered_model
+from quantgate.stages.quantize.candidate_cache import Cache, content_digest
 from quantgate.stages.quantize.memory_fit import calibration_choice, fitted
-from quantgate.stages.quantize.ptq import QuantizationError, calibration_batches, calibration_rows, quantize_with_data
+from quantgate.stages.quantize.onnx_candidates import OnnxGraphProducer
+from quantgate.stages.quantize.paddleslim_producer import PADDLESLIM, PaddleSlimProducer
+from quantgate.stages.quantize.pir_seam import is_pir_export
+from quantgate.stages.quantize.ptq import calibration_batches, calibration_rows
 from quantgate.stages.quantize.runtime_checks import (
     Candidate,
     RuntimeChecks,
@@ -53,30 +50,36 @@ from quantgate.stages.quantize.runtime_checks import (
     runner_forms,
     runtime_line,
 )
+from quantgate.stages.quantize.validation_check import ValidationCheck
 
 VALIDATION_LOOP = "search validation"
-PADDLESLIM = "paddleslim"  # the producer of the candidates PaddleSlim calibrated (`Candidate.producer`)
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_METRICS = "calibration.json"
-# What decides a PaddleSlim calibration besides the model and the images.
-CALIBRATION_FIELDS = ("algo", "hist_percent", "bias_correction", "weight_quantize_type",
-                      "batch_size", "batch_nums", "max_calibration_samples", "skip_tensors",
-                      "equalize_depthwise_inputs", "calibration_histogram", "rounding", "adaround_samples",
-                      "adaround_iterations")
-# What decides the statistics calibrations measure, besides the model and the images (the rows and batches).
-STATISTICS_FIELDS = ("batch_size", "batch_nums", "max_calibration_samples", "equalize_depthwise_inputs",
-                     "calibration_histogram")
-STATISTICS_FORMAT = "quantgate-calibration-statistics-2"  # the sampled tensors, bins and file layout
 
+class Producer(Protocol):
+    """Who makes the search's candidates, chosen once from the export's program format (`TrialRunner`): PaddleSlim
+    for a legacy program (`paddleslim_producer`), quantgate's calibration on the FP32 ONNX graph for a PIR one
+    (`onnx_candidates`). The phases and `TrialRunner.judge` never ask which."""
 
-class Cache(Protocol):
-    """Where calibrations and rankings are kept between runs (artifacts.cache.ContentCache)."""
+    name: str  # `Candidate.producer`
+    fp32_onnx: Path  # the FP32 model candidates are judged against in onnxruntime and OpenVINO
+    fp32_program: Path | None  # the FP32 program Paddle Inference runs; None: its candidates have none either
+    written_files: tuple[str, str]  # (model, params): what the stage writes from the kept trial's folder
 
-    def get(self, digest: str) -> Path | None: ...
+    def candidate(self, index: int, settings: QuantizeConfig, float_layers: tuple[str, ...]) -> Candidate:
+        """`settings` (skip_tensors holding `float_layers`) calibrated and lowered, for trial `index`."""
 
-    def fill(self, digest: str) -> AbstractContextManager[Path]: ...
+    def layers(self, base: Trial) -> list[str]:
+        """The layers quantized in `base` (weight names, graph order): what may fall back to FP32."""
+
+    def lowered_without(self, settings: QuantizeConfig, layers: tuple[str, ...], out_onnx: Path) -> None:
+        """A real calibration of `settings` with `layers` in FP32, lowered into `out_onnx`."""
+
+    def estimator(self, base: Trial, base_settings: QuantizeConfig, twin_settings: QuantizeConfig | None,
+                  layers: Iterable[str], skipped: tuple[str, ...], check: ValidationCheck, number: int):
+        """What fall-backs of `base` score without a full trial (`layer_sensitivity.FallbackEstimator`'s shape:
+        `float_weights` naming the layers it can estimate, `score(layers)`, `group_grids(layer)`)."""
 
 
 @dataclass
@@ -97,8 +100,8 @@ class Trial:
     calibration_samples: int  # the calibration rows its model was calibrated on
     calibration_s: float  # of `seconds`, the calibration's (near 0 from the cache)
     statistics_reused: bool  # its calibration started from an earlier one's statistics (at most one pass left)
-    folder: Path = field(repr=False)  # PaddleSlim's model
-    paddle2onnx_file: Path = field(repr=False)  # its conversion, before the lowering
+    folder: Path = field(repr=False)  # the files the stage writes for it (`Producer.written_files`)
+    paddle2onnx_file: Path = field(repr=False)  # its Q/DQ graph before the lowering (paddle2onnx's, or calibrated)
     latency_batch_size: int | None = None  # the images latency_ms_p50_* were timed on
     latency_ms_p50_fp32_batch1: float | None = None  # both timed at batch 1 too, in the same process
     latency_ms_p50_int8_batch1: float | None = None
@@ -134,18 +137,6 @@ def kept_trial(trials: list[Trial]) -> Trial:
     return evidence.kept(trials)[0]
 
 
-def content_digest(*parts: object) -> str:
-    """sha256 over `parts`: bytes as they are, anything else as canonical JSON."""
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(part if isinstance(part, bytes) else json.dumps(part, sort_keys=True).encode())
-    return digest.hexdigest()
-
-
-def _files_digest(*paths: Path) -> str:
-    return content_digest(*(Path(path).read_bytes() for path in paths))
-
-
 def calibrated_samples(samples: int, config: QuantizeConfig) -> int:
     """How many of a `samples`-row calibration split `config` calibrates on (batch_nums null)."""
     return len(calibration_rows(samples, calibration_batches(samples, config) * config.batch_size))
@@ -162,11 +153,6 @@ def trial_settings(config: QuantizeConfig, samples: int) -> QuantizeConfig:
         return config
     fewer = config.model_copy(update={"max_calibration_samples": wanted})
     return fewer if calibrated_samples(samples, fewer) < calibrated_samples(samples, config) else config
-
-
-def _recipe_record(settings: QuantizeConfig) -> dict:
-    """The recipe fields of `settings`, every one set (a QuantizeRecipe built from it reproduces them)."""
-    return {name: getattr(settings, name) for name in QuantizeRecipe.model_fields}
 
 
 class TrialRunner:
@@ -188,27 +174,24 @@ class TrialRunner:
         if config.batch_size is None:  # as `search_quantization` fits it (the same choice: it is cached)
             config = self.full_config = fitted(config, calibration_choice(config, model_dir, self.data))
         self.config = trial_settings(config, self.data.size("calibration"))
-        self.fp32_onnx = scratch / "fp32.onnx"
-        to_onnx(self.model_dir / MODEL_FILE, self.model_dir / PARAMS_FILE, self.fp32_onnx)
+        self.lowering = lowering
+        # The producer is chosen here, once: PaddleSlim reads no PIR program, so a PIR export's candidates are
+        # calibrated on its FP32 ONNX graph (`pir_seam`); nothing after this asks which it is.
+        self.producer: Producer = (
+            OnnxGraphProducer(self.model_dir, self.data, scratch, cache, lowering) if is_pir_export(self.model_dir)
+            else PaddleSlimProducer(self.model_dir, self.data, scratch, cache, lowering, num_workers))
+        self.fp32_onnx = self.producer.fp32_onnx
         judged, _ = judged_runtimes(policy, evaluate_config.runtimes, self.data.task.name)
         self.validation_batch = runners_batch(
-            VALIDATION_LOOP, runner_forms(judged, self.fp32_onnx, self.model_dir), tuple(self.data.input_shape),
-            evaluate_config.threads, requested=evaluate_config.batch_size, ceiling=RUNNER_CEILING,
-            setting="evaluate.batch_size", subject=f"the FP32 and a trial's INT8 model in {', '.join(judged)} on "
-                                                   f"inputs of {self.data.input_shape}")
-        self.checks = RuntimeChecks(policy, evaluate_config.runtimes, self.fp32_onnx, self.model_dir, self.data,
-                                    evaluate_config.threads, self.validation_batch.batch_size, num_workers)
+            VALIDATION_LOOP, runner_forms(judged, self.fp32_onnx, self.producer.fp32_program),
+            tuple(self.data.input_shape), evaluate_config.threads, requested=evaluate_config.batch_size,
+            ceiling=RUNNER_CEILING, setting="evaluate.batch_size",
+            subject=f"the FP32 and a trial's INT8 model in {', '.join(judged)} on inputs of {self.data.input_shape}")
+        self.checks = RuntimeChecks(policy, evaluate_config.runtimes, self.fp32_onnx, self.producer.fp32_program,
+                                    self.data, evaluate_config.threads, self.validation_batch.batch_size, num_workers)
         self.check = self.checks.check(ONNXRUNTIME)  # the fall-back estimates score in onnxruntime alone
         self.latency_batch = self.data.array("validation", limit=evaluate_config.latency_batch_size)[0]
-        self.threads, self.lowering = evaluate_config.threads, lowering
-        # The splits' digests stand for their pixels: rows, file hashes and transforms decide them.
-        self.inputs_digest = content_digest(
-            _files_digest(self.model_dir / MODEL_FILE, self.model_dir / PARAMS_FILE),
-            self.data.split_digest("calibration"),
-            {library: installed_version(library) for library in ("paddlepaddle", "paddleslim", "paddle2onnx")},
-        )
-        self._calibrated: dict[str, Path] = {}  # this search's calibrations, by digest
-        self._statistics: dict[str, Statistics] = {}  # what they measured, by statistics digest (+ "/histograms")
+        self.threads = evaluate_config.threads
         self.validation_digest = content_digest(self.data.split_digest("validation"))
 
     # -- budget ---------------------------------------------------------------------------
@@ -225,69 +208,6 @@ class TrialRunner:
         return None
 
     # -- one trial ------------------------------------------------------------------------
-
-    def calibrate(self, settings: QuantizeConfig, allow_float: bool = False) -> tuple[Path, str, bool]:
-        """PaddleSlim's model for `settings`, from the cache when this exact calibration ran before.
-
-        `allow_float`: a model with nothing quantized is an answer, not an error (every layer skipped).
-        """
-        digest = content_digest(self.inputs_digest, {name: getattr(settings, name) for name in CALIBRATION_FIELDS},
-                                {"weight_bits": self.lowering.weight_bits, **(  # AdaRound fits through the lowering
-                                    {"hardswish_grids": self.lowering.hardswish_grids}
-                                    if settings.rounding == "adaptive" else {})})
-        if digest in self._calibrated:
-            return self._calibrated[digest], digest, True
-        if self.cache is not None and (entry := self.cache.get(digest)) is not None:
-            self._calibrated[digest] = entry
-            return entry, digest, True
-        if self.cache is None:
-            folder = self.scratch / f"calibration-{digest[:16]}"
-            folder.mkdir()
-            self._run_paddleslim(settings, folder, allow_float)
-        else:
-            with self.cache.fill(digest) as staging:
-                self._run_paddleslim(settings, staging, allow_float)
-            folder = self.cache.get(digest)
-            if folder is None:
-                raise QuantizationError(f"the calibration cached as {digest[:12]} was damaged right after it was "
-                                        "written; check the store's disk and run again")
-        self._calibrated[digest] = folder
-        return folder, digest, False
-
-    def _run_paddleslim(self, settings: QuantizeConfig, folder: Path, allow_float: bool = False) -> None:
-        key = content_digest(self.inputs_digest, STATISTICS_FORMAT,
-                             {name: getattr(settings, name) for name in STATISTICS_FIELDS})
-        statistics = self._stored_statistics(key, settings.algo)
-        result = quantize_with_data(settings, self.model_dir, MODEL_FILE, PARAMS_FILE, self.data, folder,
-                                    num_workers=self.num_workers, allow_float=allow_float, statistics=statistics,
-                                    weight_bits=self.lowering.weight_bits, adaround_lowering=self.lowering)
-        (folder / CALIBRATION_METRICS).write_text(json.dumps(result.metrics, sort_keys=True, indent=2) + "\n")
-        if result.statistics is not None:
-            self._keep_statistics(key, result.statistics)
-
-    # -- statistics shared by calibrations that differ in thresholds only --------------------------
-
-    def _stored_statistics(self, key: str, algo: str) -> Statistics | None:
-        """The fullest statistics kept for `key` that `algo` can use: with 'mse''s losses (for it), with
-        histograms, else the first pass only."""
-        if algo not in STATISTIC_ALGOS:
-            return None
-        for digest in ((f"{key}/mse",) if algo == "mse" else ()) + (f"{key}/histograms", key):
-            if digest not in self._statistics and self.cache is not None:
-                if (entry := self.cache.get(content_digest(digest))) is not None:
-                    self._statistics[digest] = Statistics.load(entry)
-            if digest in self._statistics:
-                return self._statistics[digest]
-        return None
-
-    def _keep_statistics(self, key: str, statistics: Statistics) -> None:
-        """Keep `statistics` for this search, and in the cache: under the digest of the fullest pass that ran."""
-        with_histograms = statistics.histograms is not None or statistics.fine_histograms is not None
-        digest = f"{key}/mse" if statistics.mse_losses is not None else f"{key}/histograms" if with_histograms else key
-        self._statistics[digest] = statistics
-        if self.cache is not None and self.cache.get(content_digest(digest)) is None:
-            with self.cache.fill(content_digest(digest)) as staging:
-                statistics.save(staging, with_histograms=statistics.histograms is not None)
 
     def run_trial(self, phase: str, recipe_settings: QuantizeConfig, float_layers: tuple[str, ...],
                   float_groups: dict[str, list[str]] | None = None) -> Trial:
@@ -311,23 +231,7 @@ class TrialRunner:
         return self._judged(len(self.trials) + 1, "final", settings, tuple(kept.float_layers))
 
     def _judged(self, index: int, phase: str, settings: QuantizeConfig, float_layers: tuple[str, ...]) -> Trial:
-        return self.judge(index, phase, self.paddleslim_candidate(index, settings, float_layers))
-
-    def paddleslim_candidate(self, index: int, settings: QuantizeConfig, float_layers: tuple[str, ...]) -> Candidate:
-        """The producer PaddleSlim is: `settings` calibrated (or taken from the cache), converted and lowered."""
-        started = time.monotonic()
-        calibration, digest, cached = self.calibrate(settings)
-        calibration_s = time.monotonic() - started
-        calibrated = json.loads((calibration / CALIBRATION_METRICS).read_text())
-        folder = self.scratch / f"trial-{index:03d}"
-        folder.mkdir()
-        raw = lowered_model(calibration, folder / "int8.onnx", self.lowering)
-        return Candidate(
-            int8_onnx=folder / "int8.onnx", program=calibration, recipe=_recipe_record(settings),
-            float_layers=tuple(float_layers), calibration_samples=calibrated["calibration_samples"],
-            calibration_digest=digest, calibration_s=calibration_s, produced_s=time.monotonic() - started,
-            producer=PADDLESLIM, calibration_cached=cached,
-            statistics_reused=bool(calibrated.get("calibration_statistics_reused")), unlowered_onnx=raw)
+        return self.judge(index, phase, self.producer.candidate(index, settings, float_layers))
 
     def judge(self, index: int, phase: str, candidate: Candidate) -> Trial:
         """`candidate` judged as trial `index` of `phase`, whoever produced it: accuracy in every judged runtime
@@ -349,7 +253,8 @@ class TrialRunner:
             seconds=candidate.produced_s + time.monotonic() - started, calibration_cached=candidate.calibration_cached,
             calibration_digest=candidate.calibration_digest, calibration_samples=candidate.calibration_samples,
             calibration_s=candidate.calibration_s, statistics_reused=candidate.statistics_reused,
-            folder=candidate.int8_onnx.parent if candidate.program is None else candidate.program,
+            folder=candidate.calibration_folder or (
+                candidate.int8_onnx.parent if candidate.program is None else candidate.program),
             paddle2onnx_file=candidate.unlowered_onnx or candidate.int8_onnx, latency_batch_size=size,
             latency_ms_p50_fp32_batch1=batch1["fp32"]["p50"], latency_ms_p50_int8_batch1=batch1["int8"]["p50"],
             speedup_batch1=batch1["fp32"]["p50"] / batch1["int8"]["p50"], producer=candidate.producer,
