@@ -40,6 +40,7 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from quantgate.int8.errors import ConversionError
+from quantgate.int8.onnx_ops import tensor_readers
 from quantgate.int8.paddle2onnx_qdq import PADDLE2ONNX_NAME
 
 HARDSWISH_OPSET = 14
@@ -169,14 +170,6 @@ def _constant_values(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
     return values
 
 
-def _readers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
-    return readers
-
-
 def _evaluate(node: onnx.NodeProto, arguments: list[np.ndarray], opsets) -> list[np.ndarray]:
     """`node` run by onnx's reference evaluator on constant `arguments`."""
     names = [f"in{index}" for index in range(len(arguments))]
@@ -221,7 +214,7 @@ def _channel_bias(opsets, constants: dict[str, onnx.TensorProto], producers: dic
 def _fuse_conv_biases(model: onnx.ModelProto, constants: dict[str, onnx.TensorProto]) -> int:
     """Step 2 (module docstring); the number of Conv + Add pairs fused."""
     graph = model.graph
-    readers, outputs = _readers(graph), {value.name for value in graph.output}
+    readers, outputs = tensor_readers(graph), {value.name for value in graph.output}
     producers = {name: node for node in graph.node for name in node.output}
     fused = 0
     for conv in [node for node in graph.node if node.op_type == "Conv" and len(node.input) == 2]:
@@ -366,7 +359,7 @@ def _rebuild_hardswish(model: onnx.ModelProto) -> tuple[int, int | None]:
     if default is None or (default.version < HARDSWISH_OPSET
                            and any(node.op_type in CHANGED_AT_14 for node in graph.node)):
         return 0, None
-    readers, outputs = _readers(graph), {value.name for value in graph.output}
+    readers, outputs = tensor_readers(graph), {value.name for value in graph.output}
     producers = {name: node for node in graph.node for name in node.output}
     rebuilt = 0
     for mul in [node for node in graph.node if node.op_type == "Mul"]:

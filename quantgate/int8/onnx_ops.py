@@ -1,5 +1,5 @@
 """What an ONNX model is made of: op counts, integer kernels and int8 weights, in the file and as
-onnxruntime runs it; and dropping the initializers no node reads."""
+onnxruntime runs it; each tensor's readers; and dropping the initializers no node reads."""
 
 from __future__ import annotations
 
@@ -22,6 +22,15 @@ def copied_node(node: onnx.NodeProto) -> onnx.NodeProto:
     copied = onnx.NodeProto()
     copied.CopyFrom(node)
     return copied
+
+
+def tensor_readers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
+    """Each tensor's reading nodes, in graph order (a node reading a tensor twice is listed twice)."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    return readers
 
 
 def drop_unused_initializers(graph: onnx.GraphProto) -> None:

@@ -29,8 +29,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from quantgate.int8.errors import ConversionError
-from quantgate.int8.onnx_ops import drop_unused_initializers
-from quantgate.int8.paddle_quantization import WeightScales
+from quantgate.int8.onnx_ops import drop_unused_initializers, tensor_readers
+from quantgate.int8.paddle_quantization import WeightScales, constants_to_initializers, name_nodes
 
 QDQ_NODE_TYPES = ("Add", "Conv", "Mul", "Relu", "Sigmoid")  # paddle2onnx 1.3.1's supported_quantize_type_
 LAYER_WEIGHT_AXIS = {"Conv": 0, "ConvTranspose": 1, "MatMul": 1}  # PaddleSlim's quantizable ops, their channel axis
@@ -67,24 +67,8 @@ def constants_as_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy whose Constant nodes (paddle2onnx's weights) are initializers, and whose nodes all have names."""
     model_copy = onnx.ModelProto()
     model_copy.CopyFrom(model)
-    graph = model_copy.graph
-    kept = []
-    for node in graph.node:
-        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
-            tensor = onnx.TensorProto()
-            tensor.CopyFrom(node.attribute[0].t)
-            tensor.name = node.output[0]
-            graph.initializer.append(tensor)
-        else:
-            kept.append(node)
-    del graph.node[:]
-    graph.node.extend(kept)
-    used = {node.name for node in graph.node if node.name}
-    for index, node in enumerate(graph.node):
-        if not node.name:
-            node.name = next(name for name in (f"{node.op_type}_{index}{'_' * k}" for k in range(len(used) + 1))
-                             if name not in used)
-            used.add(node.name)
+    constants_to_initializers(model_copy.graph)
+    name_nodes(model_copy.graph)
     return model_copy
 
 
@@ -93,10 +77,7 @@ def fold_batch_norms(model: onnx.ModelProto) -> int:
     float32 arithmetic as its C++). Returns how many were folded."""
     graph = model.graph
     initializers = _initializers(graph)
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = tensor_readers(graph)
     outputs = {output.name for output in graph.output}
     folded = []
     for conv in graph.node:
@@ -204,10 +185,7 @@ def write_qdq(model: onnx.ModelProto, activation_scales: dict[str, float], weigh
     """
     graph = model.graph
     initializers = _initializers(graph)
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = tensor_readers(graph)
     outputs = {output.name for output in graph.output}
     produced = {name for node in graph.node for name in node.output}
     pairs: dict[str, list[onnx.NodeProto]] = {}
@@ -230,12 +208,12 @@ def write_qdq(model: onnx.ModelProto, activation_scales: dict[str, float], weigh
                                     name=f"{tensor}.QuantizeLinear", **attributes)
         dequantize = helper.make_node("DequantizeLinear", [quantize.output[0], scale_name, zero_name],
                                       [f"{tensor}.dequantized"], name=f"{tensor}.DequantizeLinear", **attributes)
-        tensor_readers = readers.get(tensor, [])
-        kept_float = [node for node in tensor_readers if node.op_type not in QDQ_NODE_TYPES] \
-            if len(tensor_readers) > 1 else []
-        if len(kept_float) == len(tensor_readers):  # no reader of the list: all of them read the pair
+        its_readers = readers.get(tensor, [])
+        kept_float = [node for node in its_readers if node.op_type not in QDQ_NODE_TYPES] \
+            if len(its_readers) > 1 else []
+        if len(kept_float) == len(its_readers):  # no reader of the list: all of them read the pair
             kept_float = []
-        for node in tensor_readers:
+        for node in its_readers:
             if any(node is kept for kept in kept_float):
                 continue
             for index, name in enumerate(node.input):

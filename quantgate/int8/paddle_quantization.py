@@ -52,8 +52,9 @@ class _QdqPairs:
     float_constants: list[onnx.TensorProto] = field(default_factory=list)  # pre-quantized constants, dequantized
 
 
-def _constants_to_initializers(graph: onnx.GraphProto) -> None:
-    """paddle2onnx emits weights as Constant nodes; the quantizer quantizes initializers only."""
+def constants_to_initializers(graph: onnx.GraphProto) -> None:
+    """Make `graph`'s Constant nodes initializers, in place: paddle2onnx emits weights as Constant nodes, and the
+    quantizer quantizes initializers only."""
     kept = []
     for node in graph.node:
         if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
@@ -67,8 +68,9 @@ def _constants_to_initializers(graph: onnx.GraphProto) -> None:
     graph.node.extend(kept)
 
 
-def _name_nodes(graph: onnx.GraphProto) -> None:
-    """nodes_to_quantize selects by name; paddle2onnx leaves most nodes unnamed."""
+def name_nodes(graph: onnx.GraphProto) -> None:
+    """Name `graph`'s unnamed nodes `OpType_index` (underscores added until unique), in place: nodes_to_quantize
+    selects by name, and paddle2onnx leaves most nodes unnamed."""
     used = {node.name for node in graph.node if node.name}
     for index, node in enumerate(graph.node):
         if not node.name:
@@ -121,7 +123,7 @@ def _seven_bit_grid_step(weight: np.ndarray, scale: np.ndarray, axis: int) -> np
 
 def _read_qdq_pairs(graph: onnx.GraphProto, initializers: dict[str, onnx.TensorProto]) -> _QdqPairs:
     """PaddleSlim's scales from every DequantizeLinear, and the float tensor each DQ output replaces."""
-    array = lambda name: numpy_helper.to_array(initializers[name])  # noqa: E731
+    array = lambda name: numpy_helper.to_array(initializers[name])
     producers = {output: node for node in graph.node for output in node.output}
     pairs = _QdqPairs()
     for node in graph.node:
@@ -240,8 +242,8 @@ def read_paddle_quantization(raw: onnx.ModelProto, program_scales: WeightScales 
     model = onnx.ModelProto()
     model.CopyFrom(raw)
     graph = model.graph
-    _constants_to_initializers(graph)
-    _name_nodes(graph)
+    constants_to_initializers(graph)
+    name_nodes(graph)
     initializers = {init.name: init for init in graph.initializer}
     pairs = _read_qdq_pairs(graph, initializers)
     quantized_inputs = {node.name for node in graph.node

@@ -69,6 +69,21 @@ class Statistics:
     def abs_max(self, name: str) -> float:
         return float(max(rows.max() for rows in self.row_abs_max[name]))
 
+    def add_ranges(self, name: str, values: np.ndarray, fine: bool = False) -> bool:
+        """One batch of `name`: each sample's max |x| and the min |x| (`fine`: its fine histogram too, in the same
+        pass); False, `name` noted in `zero_size`, when `values` is empty."""
+        if values.size == 0:
+            self.zero_size.add(name)
+            return False
+        if fine:
+            row_abs_max, abs_min, counts = fine_histogram.measure(values, self.fine_histograms.get(name))
+            self.fine_histograms[name] = counts
+        else:
+            row_abs_max, abs_min = _ranges(values)
+        self.row_abs_max.setdefault(name, []).append(row_abs_max)
+        self.abs_min[name] = min(abs_min, self.abs_min.get(name, np.inf))
+        return True
+
     def histogram_edges(self, name: str, bins: int) -> np.ndarray:
         """The edges PaddleSlim bins `name` with (numpy's, for an empty array over the abs-min/max range)."""
         return np.histogram([], bins=bins, range=(self.abs_min[name], self.abs_max(name)))[1]
@@ -324,18 +339,7 @@ class Calibration(PostTrainingQuantization):
 
     def _measure_ranges(self, name: str, fine: bool = False) -> None:
         """`name`'s per-sample max |x| and min |x|; `fine`: its fine histogram too, in the same pass."""
-        values = _view(self._scope, name)
-        statistics = self.statistics
-        if values.size == 0:
-            statistics.zero_size.add(name)
-            return
-        if fine:
-            row_abs_max, abs_min, counts = fine_histogram.measure(values, statistics.fine_histograms.get(name))
-            statistics.fine_histograms[name] = counts
-        else:
-            row_abs_max, abs_min = _ranges(values)
-        statistics.row_abs_max.setdefault(name, []).append(row_abs_max)
-        statistics.abs_min[name] = min(abs_min, statistics.abs_min.get(name, np.inf))
+        self.statistics.add_ranges(name, _view(self._scope, name), fine)
 
     def _measure_once(self, name: str) -> None:
         """The ranges and the fine histogram of `name`, in one pass (`fine_histogram.measure`)."""

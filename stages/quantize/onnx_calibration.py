@@ -43,7 +43,7 @@ from quantgate.int8.paddle2onnx_qdq import (
 from quantgate.int8.paddle_quantization import WeightScales
 from quantgate.samples.reading import StoredData
 from quantgate.stages.quantize import fine_histogram, mse_search
-from quantgate.stages.quantize.calibration import HISTOGRAM_METHODS, Statistics, _histogram, _ranges
+from quantgate.stages.quantize.calibration import HISTOGRAM_METHODS, Statistics, _histogram
 from quantgate.stages.quantize.ptq import calibration_batches, calibration_rows
 
 CALIBRATED_BY = "quantgate on the ONNX graph (PaddleSlim reads no PIR program)"
@@ -121,18 +121,10 @@ def measure(model: onnx.ModelProto, names: list[str], batches: CalibrationBatche
     for index, values in _forward(session, names, batches, timing):
         started = time.perf_counter()
         for name, value in values.items():
-            if value.size == 0 or value.dtype != np.float32:
-                statistics.zero_size.add(name)
-                continue
             value = value.reshape(1, -1) if value.ndim == 0 else value
-            if one_pass:
-                rows, smallest, counts = fine_histogram.measure(value, statistics.fine_histograms.get(name))
-                statistics.fine_histograms[name] = counts
-            else:
-                rows, smallest = _ranges(value)
-            statistics.row_abs_max.setdefault(name, []).append(rows)
-            statistics.abs_min[name] = min(smallest, statistics.abs_min.get(name, np.inf))
-            if algo == "mse":
+            if value.dtype != np.float32:  # not measured, as an empty tensor is not
+                statistics.zero_size.add(name)
+            elif statistics.add_ranges(name, value, fine=one_pass) and algo == "mse":
                 statistics.mse_losses.setdefault(name, []).append(mse_search.losses(value))
         statistics.batches = index + 1
         timing["statistics_s"] += time.perf_counter() - started

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
-import time
 from collections.abc import Iterable
 from importlib.metadata import version as installed_version
 from pathlib import Path
@@ -45,13 +44,13 @@ from quantgate.stages.quantize.candidate_cache import (
     CalibrationFolders,
     content_digest,
     files_digest,
-    recipe_record,
 )
 from quantgate.stages.quantize.onnx_calibration import OnnxCalibration, calibrate_onnx_graph, stored_batches
 from quantgate.stages.quantize.outputs import CALIBRATED_BY as CALIBRATED_BY_KEY
 from quantgate.stages.quantize.outputs import CALIBRATED_ONNX_FILE, PROGRAM_SCALES_FILE
 from quantgate.stages.quantize.pir_seam import require_onnx_graph
 from quantgate.stages.quantize.runtime_checks import Candidate
+from quantgate.stages.quantize.trial_candidate import trial_candidate
 from quantgate.stages.quantize.validation_check import ValidationCheck
 
 log = logging.getLogger(__name__)
@@ -204,21 +203,12 @@ class OnnxGraphProducer:
 
     def candidate(self, index: int, settings: QuantizeConfig, float_layers: tuple[str, ...]) -> Candidate:
         """`settings` calibrated on the ONNX graph (or taken from the cache) and lowered, for trial `index`."""
-        started = time.monotonic()
-        calibration, digest, cached = self.calibrate(settings)
-        calibration_s = time.monotonic() - started
-        calibrated = json.loads((calibration / CALIBRATION_METRICS).read_text())
-        folder = self.scratch / f"trial-{index:03d}"
-        folder.mkdir()
-        lower_calibrated_files(calibration / CALIBRATED_ONNX_FILE, calibration / PROGRAM_SCALES_FILE,
-                               folder / "int8.onnx", self.lowering)
-        return Candidate(
-            int8_onnx=folder / "int8.onnx", program=None, recipe=recipe_record(settings),
-            float_layers=tuple(float_layers), calibration_samples=calibrated["calibration_samples"],
-            calibration_digest=digest, calibration_s=calibration_s, produced_s=time.monotonic() - started,
-            producer=ONNX_GRAPH, calibration_cached=cached,
-            statistics_reused=bool(calibrated["calibration_statistics_reused"]),
-            unlowered_onnx=calibration / CALIBRATED_ONNX_FILE, calibration_folder=calibration)
+        def lower(calibration: Path, int8_onnx: Path) -> dict:
+            lower_calibrated_files(calibration / CALIBRATED_ONNX_FILE, calibration / PROGRAM_SCALES_FILE, int8_onnx,
+                                   self.lowering)
+            return {"program": None, "unlowered_onnx": calibration / CALIBRATED_ONNX_FILE,
+                    "calibration_folder": calibration}
+        return trial_candidate(ONNX_GRAPH, self.scratch, index, settings, float_layers, self.calibrate, lower)
 
     # -- fall-backs -----------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ every layer skipped supplies the float weights.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable
 from importlib.metadata import version as installed_version
 from pathlib import Path
@@ -29,11 +28,11 @@ from quantgate.stages.quantize.candidate_cache import (
     CalibrationFolders,
     content_digest,
     files_digest,
-    recipe_record,
 )
 from quantgate.stages.quantize.layer_sensitivity import FallbackEstimator, float_weights, lowered_model
 from quantgate.stages.quantize.ptq import quantize_with_data
 from quantgate.stages.quantize.runtime_checks import Candidate
+from quantgate.stages.quantize.trial_candidate import trial_candidate
 from quantgate.stages.quantize.validation_check import ValidationCheck
 
 PADDLESLIM = "paddleslim"  # the producer of the candidates PaddleSlim calibrated (`Candidate.producer`)
@@ -118,19 +117,9 @@ class PaddleSlimProducer:
 
     def candidate(self, index: int, settings: QuantizeConfig, float_layers: tuple[str, ...]) -> Candidate:
         """`settings` calibrated (or taken from the cache), converted and lowered, for trial `index`."""
-        started = time.monotonic()
-        calibration, digest, cached = self.calibrate(settings)
-        calibration_s = time.monotonic() - started
-        calibrated = json.loads((calibration / CALIBRATION_METRICS).read_text())
-        folder = self.scratch / f"trial-{index:03d}"
-        folder.mkdir()
-        raw = lowered_model(calibration, folder / "int8.onnx", self.lowering)
-        return Candidate(
-            int8_onnx=folder / "int8.onnx", program=calibration, recipe=recipe_record(settings),
-            float_layers=tuple(float_layers), calibration_samples=calibrated["calibration_samples"],
-            calibration_digest=digest, calibration_s=calibration_s, produced_s=time.monotonic() - started,
-            producer=PADDLESLIM, calibration_cached=cached,
-            statistics_reused=bool(calibrated.get("calibration_statistics_reused")), unlowered_onnx=raw)
+        def lower(calibration: Path, int8_onnx: Path) -> dict:
+            return {"program": calibration, "unlowered_onnx": lowered_model(calibration, int8_onnx, self.lowering)}
+        return trial_candidate(PADDLESLIM, self.scratch, index, settings, float_layers, self.calibrate, lower)
 
     # -- fall-backs -----------------------------------------------------------------------
 

@@ -14,13 +14,13 @@ import onnxruntime as ort
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from support.pattern_nets import pattern_model  # noqa: E402
+from support.pattern_nets import pattern_models
 
-from quantgate.int8.affine_absorption import absorb_scalar_affines  # noqa: E402
-from quantgate.int8.lower_int8 import Lowering, lower_int8  # noqa: E402
-from quantgate.int8.onnx_ops import runtime_op_counts  # noqa: E402
-from quantgate.stages.convert.onnx_export import convert  # noqa: E402
-from quantgate.stages.quantize.layer_sensitivity import lowered_model  # noqa: E402
+from quantgate.int8.affine_absorption import absorb_scalar_affines
+from quantgate.int8.lower_int8 import Lowering, lower_int8
+from quantgate.int8.onnx_ops import runtime_op_counts
+from quantgate.stages.convert.onnx_export import convert
+from quantgate.stages.quantize.layer_sensitivity import lowered_model
 
 
 def run(onnx_file: Path, inputs: np.ndarray) -> np.ndarray:
@@ -44,13 +44,7 @@ def relative_error(ours: np.ndarray, reference: np.ndarray) -> float:
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    cache = {}
-
-    def get(pattern):
-        if pattern not in cache:
-            cache[pattern] = pattern_model(pattern, tmp_path_factory.mktemp(pattern))
-        return cache[pattern]
-    return get
+    return pattern_models(tmp_path_factory)
 
 
 def test_learnable_affines_and_hardswish_run_on_integer_kernels(models, tmp_path):

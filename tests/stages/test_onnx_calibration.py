@@ -14,7 +14,7 @@ import onnx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from support.pattern_nets import inputs, pattern_model
+from support.pattern_nets import inputs, pattern_models
 
 from quantgate.int8.lower_int8 import lower_int8
 from quantgate.int8.paddle2onnx_qdq import constants_as_initializers
@@ -39,13 +39,7 @@ def batches(seed: int = 0):
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    cache = {}
-
-    def get(pattern):
-        if pattern not in cache:
-            cache[pattern] = pattern_model(pattern, tmp_path_factory.mktemp(pattern))
-        return cache[pattern]
-    return get
+    return pattern_models(tmp_path_factory)
 
 
 def paddleslim_scales(model_dir: Path, out_dir: Path, algo: str) -> dict:

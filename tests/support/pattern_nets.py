@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,3 +172,15 @@ def pattern_model(pattern: str, folder: Path, seed: int = 0, skip: tuple[str, ..
     to_onnx(int8 / "model.pdmodel", int8 / "model.pdiparams", folder / "raw.onnx")
     to_onnx(fp32 / "inference.pdmodel", fp32 / "inference.pdiparams", folder / "fp32.onnx")
     return PatternModel(folder / "raw.onnx", int8 / "model", folder / "fp32.onnx", inputs(32, seed + 2))
+
+
+def pattern_models(folders) -> Callable[[str], PatternModel]:
+    """`pattern_model` of each pattern asked for, built once in a new folder of `folders` (pytest's
+    tmp_path_factory): what a module-scoped fixture returns, so a module's tests build each network once."""
+    built: dict[str, PatternModel] = {}
+
+    def get(pattern: str) -> PatternModel:
+        if pattern not in built:
+            built[pattern] = pattern_model(pattern, folders.mktemp(pattern))
+        return built[pattern]
+    return get
