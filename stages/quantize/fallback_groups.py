@@ -23,18 +23,11 @@ from __future__ import annotations
 import logging
 
 from quantgate.config import QuantizeConfig
-from quantgate.errors import StageError
 from quantgate.stages.quantize import evidence
 from quantgate.stages.quantize.fallback_ranking import FallbackRanking
-from quantgate.stages.quantize.trials import Trial, TrialRunner
+from quantgate.stages.quantize.trials import CANDIDATE_FAILURES, Trial, TrialRunner
 
 log = logging.getLogger(__name__)
-
-# What a candidate that cannot be built raises: PaddleSlim's and paddle2onnx's own errors come as RuntimeError,
-# ValueError, AssertionError, KeyError or IndexError; quantgate's as StageError (QuantizationError,
-# ConversionError). A full store, changed data or a bad config are not among them: those end the run.
-CANDIDATE_FAILURES = (StageError, RuntimeError, TypeError, ValueError, AssertionError, KeyError, IndexError)
-
 
 def attempt(runner: TrialRunner, phase: str, settings: QuantizeConfig, float_layers: tuple[str, ...],
             float_groups: dict[str, list[str]] | None = None) -> Trial | None:

@@ -23,7 +23,7 @@ from quantgate.config import QuantizeConfig, QuantizeRecipe
 from quantgate.errors import StageError
 from quantgate.progress import live
 from quantgate.stages.quantize.layer_sensitivity import FallbackEstimator, rank_layers
-from quantgate.stages.quantize.trials import Trial, TrialRunner, content_digest
+from quantgate.stages.quantize.trials import CANDIDATE_FAILURES, Trial, TrialRunner, content_digest
 from quantgate.stages.quantize.validation_check import policy_failures
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,6 @@ class FallbackRanking:
         layers = self.layers()
         estimable = set(estimator.float_weights) if estimator is not None else set()
 
-        unbuildable = (StageError, RuntimeError, ValueError, AssertionError, KeyError, IndexError)
 
         def score_without(layer: str) -> dict:
             lowered = scratch / f"without-{layers.index(layer)}.onnx"  # a real calibration
@@ -104,7 +103,7 @@ class FallbackRanking:
                 if layer in estimable:  # on the ONNX graph a real calibration too, which can fail as one
                     return estimator.score((layer,))
                 runner.producer.lowered_without(self.twin_settings or self.base_settings, (layer,), lowered)
-            except unbuildable as exc:
+            except CANDIDATE_FAILURES as exc:
                 # this layer's fall-back cannot be built: it is not ranked (never fallen back), the rest are
                 log.warning("search: the FP32 fall-back of %s could not be built and is not ranked: %s", layer, exc)
                 return None
@@ -133,7 +132,7 @@ class FallbackRanking:
             return None
         try:
             validation = estimator.score([layer for layer in float_layers if layer not in skipped])
-        except (StageError, RuntimeError, ValueError, AssertionError, KeyError, IndexError) as exc:
+        except CANDIDATE_FAILURES as exc:
             log.warning("search: the estimate with %d FP32 layers could not be built (%s); a real trial decides",
                         len(float_layers), exc)
             return None

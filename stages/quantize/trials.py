@@ -30,6 +30,7 @@ from typing import Protocol
 import numpy as np
 
 from quantgate.config import EvaluateConfig, GatePolicy, QuantizeConfig, QuantizeRecipe
+from quantgate.errors import StageError
 from quantgate.int8.lower_int8 import Lowering
 from quantgate.progress import live
 from quantgate.runtimes.latency import measure_batch_sizes
@@ -55,6 +56,11 @@ from quantgate.stages.quantize.validation_check import ValidationCheck
 VALIDATION_LOOP = "search validation"
 
 log = logging.getLogger(__name__)
+
+# What a candidate that cannot be built raises: PaddleSlim's and paddle2onnx's own errors come as RuntimeError,
+# ValueError, AssertionError, KeyError or IndexError; quantgate's as StageError (QuantizationError,
+# ConversionError). A full store, changed data or a bad config are not among them: those end the run.
+CANDIDATE_FAILURES = (StageError, RuntimeError, TypeError, ValueError, AssertionError, KeyError, IndexError)
 
 
 class Producer(Protocol):
