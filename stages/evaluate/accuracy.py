@@ -35,11 +35,14 @@ from quantgate.stages.evaluate.outputs import (
     INT8_FLOAT_LAYERS,
     ONNXRUNTIME,
     OPENVINO,
+    PADDLE_INFERENCE,
+    PADDLE_INFERENCE_FP32,
     RUNTIMES_NOT_APPLICABLE,
     SAMPLE_IDS,
     primary_runtime,
     runtime_predictions_file,
 )
+from quantgate.stages.evaluate.pir_paddle import paddle_fp32_record
 from quantgate.stages.evaluate.summary import Measured, stage_metrics
 from quantgate.tasks.text import TextRecognition, character_errors
 
@@ -125,7 +128,9 @@ def evaluate(
     PaddleSlim scales before lowering): its onnxruntime accuracy, agreement and latency are reported beside.
     `paddle_fp32_dir`, `paddle_int8_dir`: the export and quantize stage folders (needed for paddle_inference).
     A listed runtime that cannot judge this model's INT8 (paddle_inference for a PIR program: no Paddle INT8
-    program) is not run; RUNTIMES_NOT_APPLICABLE says why, and the gate neither passes nor fails it.
+    program) is not run; RUNTIMES_NOT_APPLICABLE says why, and the gate neither passes nor fails it. For a PIR
+    program, Paddle Inference's FP32 reading of the test split is still recorded (PADDLE_INFERENCE_FP32:
+    stages/evaluate/pir_paddle.py), when paddle_inference is listed.
 
     Raises:
         RuntimeUnavailable: a listed runtime's package is missing, or its model folders were not given.
@@ -145,8 +150,9 @@ def evaluate(
             f"evaluate.runtimes {list(listed)}: " + "; ".join(f"{runtime} is not applicable: {why}"
                                                             for runtime, why in inapplicable.items())
             + ". List onnxruntime in evaluate.runtimes: the primary runtime must be one that applies")
+    pir_folder = paddle_fp32_dir if PADDLE_INFERENCE in inapplicable else None
     result = _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2onnx_int8_onnx,
-                       num_workers, paddle_fp32_dir, paddle_int8_dir)
+                       num_workers, paddle_fp32_dir, paddle_int8_dir, pir_folder)
     if not inapplicable:
         return result
     for runtime, why in inapplicable.items():
@@ -155,7 +161,7 @@ def evaluate(
 
 
 def _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2onnx_int8_onnx, num_workers,
-              paddle_fp32_dir, paddle_int8_dir) -> EvaluateResult:
+              paddle_fp32_dir, paddle_int8_dir, pir_folder=None) -> EvaluateResult:
     primary, out_dir, data = primary_runtime(runtimes), Path(out_dir), open_data(data_dir)
     forms = model_forms(runtimes, fp32_onnx, int8_onnx, paddle_fp32_dir, paddle_int8_dir, paddle2onnx_int8_onnx)
     cpu = cpu_record()
@@ -190,6 +196,8 @@ def _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2
     split = predict_split(runners, data, "test", batch_size, workers)
     del runners  # their worker threads must not share the cores with the latency processes
     return_freed_memory()  # nor their arenas the memory: the latency batch was sized beside this process as it began
+    pir_paddle = {} if pir_folder is None else {PADDLE_INFERENCE_FP32: paddle_fp32_record(
+        pir_folder, data, batch_size, workers, primary, split.predicted[(primary, "fp32")])}
     log.info("evaluate: predicted %d test samples in %s at batch %d; timing %d runs per model at batch %d and at "
              "batch 1", len(labels), ", ".join(runtimes), batch_size, config.latency_repeats, len(latency_batch))
 
@@ -209,7 +217,7 @@ def _evaluate(config, runtimes, fp32_onnx, int8_onnx, data_dir, out_dir, paddle2
         measured[runtime] = Measured(named, predicted, split.max_abs_diff[runtime], at_batch, at_batch1,
                                      int8_ops[runtime], library(runtime), predictions, details[runtime])
     metrics = {**stage_metrics(measured, primary, labels, task, config, len(latency_batch), cpu),
-               BATCHES_KEY: {loop: choice.record() for loop, choice in choices.items()}}
+               BATCHES_KEY: {loop: choice.record() for loop, choice in choices.items()}, **pir_paddle}
     if isinstance(task, TextRecognition):
         write_character_errors(out_dir / CHARACTER_ERRORS_FILE, primary, labels, measured[primary].predicted)
     return EvaluateResult(runtime_predictions_file(primary, primary), metrics)

@@ -61,6 +61,9 @@ INT8_FLOAT_LAYERS = "int8_float_layers"
 # program: quantgate.runtimes.forms.not_applicable_runtimes); such a runtime has no entry under RUNTIMES, and the
 # gate neither passes nor fails it.
 RUNTIMES_NOT_APPLICABLE = "runtimes_not_applicable"
+# A PIR program's FP32 reading of the test split in Paddle Inference, recorded beside (not gated) when
+# paddle_inference is listed: {"ran", top1_pct (cer_pct), same_prediction_pct, onednn, ...} (stages/evaluate/pir_paddle)
+PADDLE_INFERENCE_FP32 = "paddle_inference_fp32"
 ORT_INT8_PATH = "ort_int8_path"  # in onnxruntime's entry: which MLAS kernel family its INT8 convolutions take
 
 # What the version record, `quantgate versions`, the summary and the Prefect artifact show.
@@ -112,5 +115,5 @@ OUTPUTS = StageOutputs(
              "per_class_top1_pct_int8", "latency_batch_size", "latency_repeats", "ort_threads",
              "size_ratio_int8_vs_fp32", LATENCY_P50_FP32_BATCH1, LATENCY_P50_INT8_BATCH1, SPEEDUP_BATCH1,
              "onnxruntime", RUNTIMES, RUNTIMES_NOT_APPLICABLE, PRIMARY_RUNTIME, CPU, TASK, ACCURACY_METRIC,
-             *TEXT_METRICS, "paddle2onnx_int8_cer_pct"),
+             *TEXT_METRICS, "paddle2onnx_int8_cer_pct", PADDLE_INFERENCE_FP32),
 )

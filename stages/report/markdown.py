@@ -36,7 +36,14 @@ from quantgate.stages.report.outputs import (
 from quantgate.stages.report.plots import runtimes_plot, training_plot
 from quantgate.stages.report.predictions import TEST_SPLIT, read_predictions
 from quantgate.stages.report.release_section import release_sections
-from quantgate.stages.report.runtimes import cpu_line, latency_by_runtime, primary_of, runtimes_table, slower_int8_lines
+from quantgate.stages.report.runtimes import (
+    cpu_line,
+    latency_by_runtime,
+    pir_paddle_lines,
+    primary_of,
+    runtimes_table,
+    slower_int8_lines,
+)
 from quantgate.stages.report.sections import TaskSections
 from quantgate.stages.report.text_report import text_sections
 from quantgate.stages.report.trade_off import has_trade_off, trade_off_lines, trade_off_plot
@@ -230,6 +237,7 @@ def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metri
     lines += [f"INT8 calibrated by {calibrated_by}.", ""] if calibrated_by else []
     side_by_side = runtimes_table(evaluation, gate_record)
     lines += [*side_by_side, "", f"![Latency per runtime, FP32 vs INT8]({RUNTIMES_PLOT})", ""] if side_by_side else []
+    lines += [*pir_paddle_lines(evaluation), ""] if pir_paddle_lines(evaluation) else []
     slower = slower_int8_lines(evaluation, gate_record)
     lines += [*slower, ""] if slower else []
     lines += _gate_table(gate_record) + [""]

@@ -138,3 +138,18 @@ def latency_by_runtime(evaluation: dict, gate_record: dict) -> dict[str, tuple]:
     """{runtime: (p50 FP32 ms, p50 INT8 ms)} for the latency plot."""
     return {row["runtime"]: (row["measured"].get("latency_ms_p50_fp32"), row["measured"].get("latency_ms_p50_int8"))
             for row in runtime_rows(evaluation, gate_record)}
+
+
+def pir_paddle_lines(evaluation: dict) -> list[str]:
+    """A PIR program's FP32 reading in Paddle Inference (the evaluation's `paddle_inference_fp32`), whose INT8
+    Paddle Inference cannot judge: what it read, how often as the primary runtime's FP32, and how it ran."""
+    record = evaluation.get("paddle_inference_fp32")
+    if not isinstance(record, dict):
+        return []
+    if not record.get("ran"):
+        return [f"Paddle Inference (PIR program): its FP32 did not run on the test split: {_cell(record.get('why'))}"]
+    how = "oneDNN" if record.get("onednn", True) else f"oneDNN off ({_cell(record.get('onednn_failure'))})"
+    return [f"Paddle Inference (PIR program): FP32 {_num(record.get('top1_pct'), '.2f')} % on the test split, "
+            f"predicting {_num(record.get('same_prediction_pct'), '.2f')} % of samples as {record.get('compared_with')}"
+            f" does; {how}. Its INT8 is not applicable: quantgate calibrated the INT8 model on the ONNX graph, and "
+            "there is no Paddle INT8 program."]

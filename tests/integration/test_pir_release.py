@@ -2,7 +2,8 @@
 FP32 ONNX from paddle2onnx 2.x (made by the export stage, checked against Paddle), INT8 calibrated by quantgate on
 that ONNX graph (PaddleSlim reads no PIR program), lowered by the convert stage, judged in onnxruntime and OpenVINO;
 the records say who calibrated. Paddle Inference, listed too, is not applicable to a PIR model (no Paddle INT8 program):
-the evaluation and the gate say why and judge the others, the bundle ships nothing of it, predict names the reason."""
+the evaluation and the gate say why and judge the others, the bundle ships nothing of it, predict names the reason;
+its FP32 reading of the test split in Paddle Inference is still recorded beside, and shown in the report."""
 
 from __future__ import annotations
 
@@ -61,6 +62,21 @@ def test_a_pir_model_runs_to_a_gated_release_with_int8_calibrated_on_its_onnx_gr
     report = store.verify_stage(store.finalized_stage_ref(version, "report"))
     assert CALIBRATED_BY in (report / "report.md").read_text(encoding="utf-8")
     json.dumps(record)  # the record is plain JSON
+
+
+def test_paddle_inference_still_reads_the_pir_programs_fp32_on_the_test_split(pir_run):
+    root, _, _ = pir_run
+    store = ArtifactStore(root)
+    version = store.version(MODEL, "v1")
+    evaluation = store.read_manifest(store.finalized_stage_ref(version, "evaluate"))["metrics"]
+    paddle = evaluation["paddle_inference_fp32"]
+    assert paddle["ran"] is True, paddle
+    assert isinstance(paddle["onednn"], bool) and paddle["compared_with"] == "onnxruntime fp32"
+    # The export stage checked the ONNX FP32 model against Paddle's outputs: both read the split alike.
+    assert paddle["same_prediction_pct"] >= 95.0
+    assert abs(paddle["top1_pct"] - evaluation["runtimes"]["onnxruntime"]["fp32_top1_pct"]) <= 5.0
+    report = store.verify_stage(store.finalized_stage_ref(version, "report"))
+    assert "Paddle Inference (PIR program): FP32" in (report / "report.md").read_text(encoding="utf-8")
 
 
 def test_paddle_inference_is_not_applicable_to_a_pir_model_in_the_gate_the_bundle_and_predict(pir_run, tmp_path,
