@@ -56,7 +56,7 @@ def calibration_choice(config: QuantizeConfig, model_dir: Path, data: StoredData
         ProbeFailed: the process measuring calibration's memory failed.
     """
     if is_pir_export(model_dir):  # a PIR program: its INT8 is calibrated on the ONNX graph (pir_seam)
-        return onnx_graph_batch(config, model_dir)
+        return onnx_graph_batch(config, model_dir, tuple(data.input_shape), budget)
     budget = budget or memory_budget()
     where = (str(Path(model_dir).resolve()), str(Path(data.folder).resolve()), budget)
     key = (*where, config.batch_size, frozenset(calibration_algos(config)))

@@ -73,7 +73,7 @@ class OnnxCalibration:
 
 def stored_batches(data: StoredData, config) -> CalibrationBatches:
     """The data stage's calibration rows as quantize picks them (`ptq.calibration_rows`), in config.batch_size
-    batches (32 when unset: the caller fits it to memory first, as `ptq.quantize` does), read afresh on each call.
+    batches (32 when unset: the caller fits it to memory first, `pir_seam.onnx_graph_batch`), read afresh on each call.
 
     Raises:
         QuantizationError: the calibration split is too small for the requested batches.
@@ -95,6 +95,35 @@ def _session(model: onnx.ModelProto, names: list[str]) -> ort.InferenceSession:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
     return ort.InferenceSession(measured.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+@dataclass(frozen=True)
+class CalibrationBytes:
+    """What calibrating the graph holds in memory: the session (`fixed`) and, per sample of a batch, the input, the
+    measured tensors as onnxruntime returns them and their copies (`per_sample`), measured at batch 1."""
+
+    fixed: int
+    per_sample: int
+    tensors: int
+    measured_by: str
+
+
+def calibration_bytes(fp32_onnx: Path, sample_shape: tuple[int, ...]) -> CalibrationBytes:
+    """Run the calibration session once on one zero sample of `sample_shape` and add up what it returns: each
+    batch's measured tensors are all held at once (`measure`), so they, not the graph, decide the batch."""
+    model = constants_as_initializers(onnx.load(str(fp32_onnx)))
+    fold_batch_norms(model)
+    names = observed_tensors(model, quantizable_layers(model))
+    session = _session(model, names)
+    sample = np.zeros((1, *sample_shape), np.float32)
+    values = session.run(names, {session.get_inputs()[0].name: sample})
+    kept = sum(value.nbytes for value in values)
+    largest = max((value.nbytes for value in values), default=0)
+    # onnxruntime's outputs, numpy's copies of them, and one tensor's temporaries while it is measured
+    per_sample = sample.nbytes + 2 * kept + 2 * largest
+    return CalibrationBytes(fixed=3 * Path(fp32_onnx).stat().st_size, per_sample=per_sample, tensors=len(values),
+                            measured_by=f"onnxruntime on one sample: its {len(values)} measured tensors, "
+                                        f"{kept / 2**20:.0f} MiB, held twice")
 
 
 def _forward(session: ort.InferenceSession, names: list[str], batches: CalibrationBatches, timing: dict):

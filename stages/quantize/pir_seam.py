@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from quantgate.errors import BadInput, StageError
-from quantgate.memory import BatchChoice, memory_budget
+from quantgate.memory import BatchChoice, MemoryBudget, choose_batch, memory_budget, tree_memory_bytes
 from quantgate.stages.export.outputs import FP32_ONNX_FILE, PIR_MODEL_FILE
 
 ONNX_GRAPH_BATCH = 32  # the calibration batch on the ONNX graph when quantize.batch_size is unset (`stored_batches`)
@@ -40,17 +40,29 @@ def require_onnx_graph(model_dir: Path) -> Path:
     return graph
 
 
-def onnx_graph_batch(config, model_dir: Path) -> BatchChoice:
-    """The calibration batch on a PIR export's ONNX graph: quantize.batch_size, else ONNX_GRAPH_BATCH. Not fitted to
-    the memory budget (no Paddle program to measure): the record says so.
+def onnx_graph_batch(config, model_dir: Path, sample_shape: tuple[int, ...],
+                     budget: MemoryBudget | None = None) -> BatchChoice:
+    """The calibration batch on a PIR export's ONNX graph: quantize.batch_size when it fits the memory budget, else
+    the largest that does (up to ONNX_GRAPH_BATCH when unset). A batch's measured tensors are all held at once, so
+    what one sample of `sample_shape` gives back (`onnx_calibration.calibration_bytes`) decides it; the same choice
+    every time this process asks again for the same graph, shape, setting and budget.
 
     Raises:
         PirNotQuantizable: as `require_onnx_graph`.
+        MemoryRefused: one sample does not fit the budget.
     """
-    require_onnx_graph(model_dir)
-    size = config.batch_size or ONNX_GRAPH_BATCH
-    return BatchChoice(
-        loop="calibration", batch_size=size, requested=config.batch_size, ceiling=ONNX_GRAPH_BATCH, fixed_bytes=0,
-        per_sample_bytes=0, budget=memory_budget(), measured_by="not measured",
-        reason=f"{'quantize.batch_size' if config.batch_size else 'the default'} ({size}): calibration on the ONNX "
-               "graph holds one batch's measured tensors; it is not fitted to the memory budget")
+    from quantgate.stages.quantize.onnx_calibration import calibration_bytes
+
+    graph, budget = require_onnx_graph(model_dir), budget or memory_budget()
+    key = (str(graph.resolve()), graph.stat().st_mtime_ns, tuple(sample_shape), config.batch_size, budget)
+    if key not in _CHOSEN:
+        cost = calibration_bytes(graph, tuple(sample_shape))
+        _CHOSEN[key] = choose_batch(
+            "calibration", fixed_bytes=tree_memory_bytes() + cost.fixed, per_sample_bytes=cost.per_sample,
+            budget=budget, requested=config.batch_size, ceiling=ONNX_GRAPH_BATCH, setting="quantize.batch_size",
+            subject=f"calibration on {graph.name} (quantgate's, on the ONNX graph) on inputs of "
+                    f"{'x'.join(map(str, sample_shape))}", measured_by=cost.measured_by)
+    return _CHOSEN[key]
+
+
+_CHOSEN: dict[tuple, BatchChoice] = {}

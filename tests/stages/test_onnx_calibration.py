@@ -14,16 +14,19 @@ import onnx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from support.pattern_nets import inputs, pattern_models
+from support.pattern_nets import SHAPE, inputs, pattern_models
 
 from quantgate.int8.lower_int8 import lower_int8
 from quantgate.int8.paddle2onnx_qdq import constants_as_initializers
 from quantgate.int8.paddle_quantization import paddle_program_scales, read_paddle_quantization
+from quantgate.memory import MemoryBudget, MemoryRefused
 from quantgate.stages.quantize.onnx_calibration import (
     CALIBRATED_BY,
     calibrate_onnx_graph,
+    calibration_bytes,
     lower_calibrated,
 )
+from quantgate.stages.quantize.pir_seam import ONNX_GRAPH_BATCH, onnx_graph_batch
 
 BATCH, BATCHES = 16, 4  # pattern_model's PaddleSlim calibration: inputs(64, seed + 1) in 4 batches of 16
 HIST = SimpleNamespace(algo="hist", hist_percent=0.9999, weight_quantize_type="channel_wise_abs_max")  # its recipe
@@ -123,3 +126,24 @@ def test_an_unsupported_recipe_or_skip_name_is_refused_naming_it(models, tmp_pat
     with pytest.raises(ValueError, match=r"min_max.*bias_correction.*no_such\.w_0"):
         calibrate_onnx_graph(model.fp32_onnx, batches(), bad, ("no_such.w_0",), tmp_path / "raw.onnx")
     assert not (tmp_path / "raw.onnx").exists()
+
+
+def test_the_calibration_batch_on_the_onnx_graph_is_fitted_to_the_memory_budget(models, tmp_path, monkeypatch):
+    """A batch's measured tensors are all held at once: the batch is what the budget allows, and one sample that
+    does not fit is refused before anything runs (it was quantize.batch_size or 32, whatever the budget)."""
+    resident = 2**30  # this process's memory, held still: a tiny net's samples are smaller than its jitter
+    monkeypatch.setattr("quantgate.stages.quantize.pir_seam.tree_memory_bytes", lambda: resident)
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "fp32.onnx").write_bytes(models("se_block").fp32_onnx.read_bytes())
+    cost = calibration_bytes(export / "fp32.onnx", SHAPE)
+    # every measured tensor of one sample, held twice, plus the sample itself
+    assert cost.tensors > 0 and cost.per_sample > 2 * 4 * int(np.prod(SHAPE))
+    config = SimpleNamespace(batch_size=None)
+    roomy = MemoryBudget(resident + 2**33, "test: plenty")
+    assert onnx_graph_batch(config, export, SHAPE, roomy).batch_size == ONNX_GRAPH_BATCH
+    five = MemoryBudget(resident + cost.fixed + int(5.5 * cost.per_sample), "test: five samples")
+    chosen = onnx_graph_batch(SimpleNamespace(batch_size=16), export, SHAPE, five)
+    assert chosen.batch_size == 5 and "onnxruntime on one sample" in chosen.record()["measured_by"]
+    with pytest.raises(MemoryRefused, match="quantize.batch_size|one sample"):
+        onnx_graph_batch(config, export, SHAPE, MemoryBudget(resident + cost.fixed, "test: too small"))
