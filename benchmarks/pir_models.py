@@ -116,6 +116,8 @@ def conversion(run_: dict) -> dict:
     return {"converter": record.get("converter"), "normalised": record.get("normalised"),
             "patches": record.get("patches"), "check_vs_paddle": record.get("check_vs_paddle"),
             "program_format": run_["metrics"]["export"].get("program_format"),
+            # Paddle Inference's FP32 reading of the test split, where evaluate.runtimes lists it (PIR: FP32 only)
+            "paddle_inference_fp32": run_["metrics"]["evaluate"].get("paddle_inference_fp32"),
             "calibrated_by": quantize.get("calibrated_by"),
             "search": {key: (quantize.get("search") or {}).get(key)
                        for key in ("passed", "stopped", "trials", "wall_s", "recipe", "float_layers", "failed_recipes")}}
@@ -258,7 +260,7 @@ def det_config(pages: Path, args) -> dict:
             "data": {"dataset": "text_boxes", "path": str(pages), "label_file": str(pages / "calibration.txt"),
                      "test_label_file": str(pages / "test.txt")},
             "quantize": {"strategy": args.strategy},
-            "evaluate": {"runtimes": list(RUNTIMES), "batch_size": 4, "latency_batch_size": 1}}
+            "evaluate": {"runtimes": [*RUNTIMES, "paddle_inference"], "batch_size": 4, "latency_batch_size": 1}}
 
 
 def memory_targets(memory: dict | None, name: str) -> list[dict]:
