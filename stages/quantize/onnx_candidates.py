@@ -76,8 +76,7 @@ def refused_recipe(config: QuantizeConfig) -> str | None:
 
 def _calibrate(config: QuantizeConfig, fp32_onnx: Path, data: StoredData, skip: tuple[str, ...],
                out_raw: Path, statistics: Statistics | None = None) -> OnnxCalibration:
-    # Where paddle2onnx 2.x graphs get normalised for the lowering's patterns (quantgate/int8/onnx_normalise.py,
-    # being written beside this) belongs here: after reading the FP32 ONNX graph, before calibrating it.
+    # The graph is paddle2onnx 2.x's normalised into 1.3.1's shapes already (the export stage: quantgate/pir).
     return calibrate_onnx_graph(fp32_onnx, stored_batches(data, config), config, skip, out_raw,
                                 histogram=config.calibration_histogram, statistics=statistics)
 
@@ -131,6 +130,9 @@ def calibration_metrics(config: QuantizeConfig, calibration: OnnxCalibration, fp
         "quantize_linear_ops": ops.get("QuantizeLinear", 0),
         "dequantize_linear_ops": ops.get("DequantizeLinear", 0),
         "equalized_tensors": [],
+        # quantize.equalize_depthwise_inputs rescales a Paddle program's BatchNorm outputs: not done on the graph
+        "equalize_depthwise_inputs": "not done: a rewrite of the Paddle program, which a PIR model does not give "
+                                     "PaddleSlim" if config.equalize_depthwise_inputs else False,
         "fp32_ops": _op_counts(fp32_onnx),
         "int8_ops": ops,
     }
