@@ -430,17 +430,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     started = time.time()
-    with tempfile.TemporaryDirectory(prefix="quantgate-pir-") as scratch:
-        work = (args.work or Path(scratch)).resolve()
-        work.mkdir(parents=True, exist_ok=True)
-        parts = [PARTS[name](work, args) for name in PARTS if name in args.parts]
     result = {"command": "python benchmarks/pir_models.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "machine": f"{platform.processor() or platform.machine()}, {platform.system()}, {os.cpu_count()} CPUs",
               "cpu": cpu_record(), "cpuinfo_int8_flags": cpuinfo_int8_flags(),
               "libraries": [library(runtime) for runtime in RUNTIMES], "threads": args.threads,
-              "repeats": args.repeats, "rounds": args.rounds, "parts": parts, "wall_s": round(time.time() - started, 1),
+              "repeats": args.repeats, "rounds": args.rounds, "parts": [],
               "install_line": ".venv/bin/pip install --no-deps --target .venv/paddle2onnx-2 paddle2onnx==2.1.0"}
-    write_results(args.out, "pir_models", result, markdown(result))
+    with tempfile.TemporaryDirectory(prefix="quantgate-pir-") as scratch:
+        work = (args.work or Path(scratch)).resolve()
+        work.mkdir(parents=True, exist_ok=True)
+        for name in (name for name in PARTS if name in args.parts):
+            result["parts"].append(PARTS[name](work, args))
+            result["wall_s"] = round(time.time() - started, 1)
+            write_results(args.out, "pir_models", result, markdown(result))  # each part's table as soon as it is done
     return 0
 
 
