@@ -110,7 +110,7 @@ def program_facts(program: dict) -> ProgramFacts:
             continue
         name = kind.split(".", 1)[-1]
         ops[name] += 1
-        if name == "data":
+        if name in ("data", "feed"):  # jit.save writes data ops; paddle.pir.translate_to_pir keeps feed ops
             dtype, shape = _type(outputs[0])
             inputs.append(Tensor(_attribute(op, "name"), shape, dtype))
         elif name == "fetch":

@@ -132,6 +132,20 @@ def test_the_pir_program_is_read_without_paddle(exports):
     assert folder == exports["pir"].resolve() and set(files) == {"inference.json", "inference.pdiparams"}
 
 
+def test_a_program_translated_to_pir_reads_its_feed_op_as_the_input(exports, tmp_path):
+    """paddle.pir.translate_to_pir keeps the legacy program's feed ops where jit.save writes data ops: the same
+    input, which the source stage once missed ("the model takes 0 inputs")."""
+    sys.path.insert(0, str(Path(__file__).parents[1]))
+    from support.pir_models import TRANSLATE_TO_PIR
+
+    translated = run_paddle(TRANSLATE_TO_PIR, False, exports["legacy"], tmp_path)
+    assert translated.returncode == 0, translated.stderr[-2000:]
+    program = require_pir_program(find_pir_folder(tmp_path, "inference").program)
+    assert '"1.feed"' in json.dumps(program) and '"1.data"' not in json.dumps(program)
+    facts = program_facts(program)
+    assert [(t.name, t.shape, t.dtype) for t in facts.inputs] == [("x", (-1, 3, 16, 16), "float32")]
+
+
 def test_the_tiny_pir_net_converts_to_onnx_that_gives_paddles_outputs(exports, samples, tmp_path):
     found = find_pir_folder(exports["pir"], "inference")
     record = convert_fp32(found, tmp_path / "fp32.onnx", samples, OPSET)
