@@ -26,7 +26,7 @@ import numpy as np
 import paddle
 from paddle.static.quantization import utils
 
-MAX_GAIN = 64.0
+from quantgate.int8.onnx_equalization import MAX_GAIN
 
 
 @dataclass(frozen=True)

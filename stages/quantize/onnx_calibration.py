@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Protocol
@@ -30,6 +31,7 @@ from paddle.static.quantization import PostTrainingQuantization
 from paddle.static.quantization.cal_kl_threshold import cal_kl_threshold
 
 from quantgate.int8.errors import ConversionError
+from quantgate.int8 import onnx_equalization
 from quantgate.int8.lower_int8 import Lowering, LoweringResult, lower_int8_model
 from quantgate.int8.paddle2onnx_qdq import (
     PADDLE2ONNX_NAME,
@@ -94,46 +96,53 @@ def _session(model: onnx.ModelProto, names: list[str]) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
+    # No arena: it grows by powers of two and keeps what it grew to, so a batch's measured tensors (all of them
+    # outputs) cost up to twice their size, and more than a probe at batches 1 and 2 can see (PP-OCRv4 rec at batch
+    # 24: 8.0 GB peak with it)
+    options.enable_cpu_mem_arena = False
     return ort.InferenceSession(measured.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 @dataclass(frozen=True)
 class CalibrationBytes:
-    """What calibrating the graph holds in memory: the session (`fixed`) and, per sample of a batch, the input, the
-    measured tensors as onnxruntime returns them and their copies (`per_sample`), measured at batch 1."""
+    """What calibrating the graph holds in memory: the session and model (`fixed`) and, per sample of a batch, the
+    input and everything measuring its tensors holds (`per_sample`)."""
 
     fixed: int
     per_sample: int
-    tensors: int
     measured_by: str
 
 
+@lru_cache(maxsize=8)
 def calibration_bytes(fp32_onnx: Path, sample_shape: tuple[int, ...]) -> CalibrationBytes:
-    """Run the calibration session once on one zero sample of `sample_shape` and add up what it returns: each
-    batch's measured tensors are all held at once (`measure`), so they, not the graph, decide the batch."""
-    model = constants_as_initializers(onnx.load(str(fp32_onnx)))
-    fold_batch_norms(model)
-    names = observed_tensors(model, quantizable_layers(model))
-    session = _session(model, names)
-    sample = np.zeros((1, *sample_shape), np.float32)
-    values = session.run(names, {session.get_inputs()[0].name: sample})
-    kept = sum(value.nbytes for value in values)
-    largest = max((value.nbytes for value in values), default=0)
-    # onnxruntime's outputs, numpy's copies of them, and one tensor's temporaries while it is measured
-    per_sample = sample.nbytes + 2 * kept + 2 * largest
-    return CalibrationBytes(fixed=3 * Path(fp32_onnx).stat().st_size, per_sample=per_sample, tensors=len(values),
-                            measured_by=f"onnxruntime on one sample: its {len(values)} measured tensors, "
-                                        f"{kept / 2**20:.0f} MiB, held twice")
+    """Measured in child processes (`onnx_calibration_probe`), once per graph and shape in this process (a stage's
+    graph is immutable): each batch's measured tensors are all held at once (`measure`), so they, not the graph,
+    decide the batch.
+
+    Raises:
+        ProbeFailed: a probing process failed (e.g. killed for memory at batch 1 or 2).
+    """
+    from quantgate.memory.probe import probe
+    from quantgate.stages.quantize.onnx_calibration_probe import PROBE_BATCHES
+
+    found = probe("quantgate.stages.quantize.onnx_calibration_probe",
+                  ["--graph", str(fp32_onnx), "--shape", *map(str, sample_shape)], PROBE_BATCHES)
+    sample = 4 * int(np.prod(sample_shape))
+    return CalibrationBytes(fixed=found.fixed_bytes, per_sample=found.per_sample_bytes + sample,
+                            measured_by=f"calibration on the ONNX graph {found.measured_by}")
 
 
 def _forward(session: ort.InferenceSession, names: list[str], batches: CalibrationBatches, timing: dict):
-    """(batch index, {name: array}) for each calibration batch."""
+    """(batch index, {name: array}) for each calibration batch. The dict is emptied before the next batch runs: the
+    caller's loop variable would otherwise keep one batch's measured tensors alive beside the next one's (twice
+    the memory: PP-OCRv4 rec at batch 24 peaked at 8.0 GB)."""
     feed = session.get_inputs()[0].name
     for index, images in enumerate(batches()):
         started = time.perf_counter()
-        values = session.run(names, {feed: np.ascontiguousarray(images, np.float32)})
+        values = dict(zip(names, session.run(names, {feed: np.ascontiguousarray(images, np.float32)})))
         timing["forward_s"] += time.perf_counter() - started
-        yield index, dict(zip(names, values))
+        yield index, values
+        values.clear()
 
 
 def measure(model: onnx.ModelProto, names: list[str], batches: CalibrationBatches, algo: str,
@@ -226,13 +235,15 @@ def _check(recipe: OnnxRecipe, histogram: str, skip: tuple[str, ...], layers: li
 
 
 def calibrate_onnx_graph(fp32_onnx: Path, batches: CalibrationBatches, recipe: OnnxRecipe, skip: tuple[str, ...],
-                         out_raw: Path, histogram: str = "exact",
-                         statistics: Statistics | None = None) -> OnnxCalibration:
+                         out_raw: Path, histogram: str = "exact", statistics: Statistics | None = None,
+                         equalize: bool = False) -> OnnxCalibration:
     """Calibrate the FP32 ONNX graph by `recipe` on `batches` and write paddle2onnx 1.3.1's raw INT8 graph to `out_raw`.
 
     `skip`: weight names of layers left in FP32 (no Q/DQ pair, FP32 weight). `histogram`: 'exact' (PaddleSlim's
     two passes) or 'one_pass' ('hist' and 'KL' only). `statistics`: what an earlier call measured on the same graph
-    and batches for the same kind of algorithm; the passes are then not run again.
+    and batches for the same kind of algorithm; the passes are then not run again. `equalize`: rescale each
+    conv → depthwise conv chain's tensor channel by channel first (`onnx_equalization`, from the per-channel ranges
+    on `batches`), as quantize.equalize_depthwise_inputs does on a Paddle program.
 
     Raises:
         ValueError: a recipe setting this calibration does not do, or a skip name that is no layer weight.
@@ -241,6 +252,7 @@ def calibrate_onnx_graph(fp32_onnx: Path, batches: CalibrationBatches, recipe: O
     started = time.perf_counter()
     model = constants_as_initializers(onnx.load(str(fp32_onnx)))
     folded = fold_batch_norms(model)
+    equalized = _equalized(model, batches) if equalize else []
     layers = quantizable_layers(model)
     _check(recipe, histogram, skip, layers)
     quantized = [layer for layer in layers if layer.weight is None or layer.weight not in skip]
@@ -274,12 +286,26 @@ def calibrate_onnx_graph(fp32_onnx: Path, batches: CalibrationBatches, recipe: O
         "calibration_statistics_s": round(timing["statistics_s"], 3),
         "measured_tensors": len(statistics.row_abs_max),
         "folded_batch_norms": folded,
+        "equalized_tensors": equalized,
         "quantized_layers": len(layer_weights),
         "skip_tensors": list(skip),
         "qdq_pairs": pairs,
         "seconds": round(time.perf_counter() - started, 3),
     }
     return OnnxCalibration(Path(out_raw), program_scales, metrics, layer_weights, statistics)
+
+
+def _equalized(model: onnx.ModelProto, batches: CalibrationBatches) -> list[dict]:
+    """`onnx_equalization.equalize` of `model` in place, from its chains' per-channel max |x| over `batches`."""
+    tensors = [conv.output[0] for conv, _ in onnx_equalization.depthwise_pairs(model)]
+    if not tensors:
+        return []
+    session, ranges = _session(model, tensors), {}
+    for _, values in _forward(session, tensors, batches, {"forward_s": 0.0}):
+        for name, value in values.items():
+            widest = np.abs(value).max(axis=tuple(axis for axis in range(value.ndim) if axis != 1))
+            ranges[name] = np.maximum(ranges.get(name, 0.0), widest)
+    return onnx_equalization.equalize(model, ranges)
 
 
 def _program_scales(weights: WeightScales, activation_scales: dict[str, float]) -> WeightScales:

@@ -60,8 +60,9 @@ RECIPE_FIELDS = ("algo", "hist_percent", "bias_correction", "weight_quantize_typ
 # What decides a calibration on the ONNX graph besides the graph and the images (bias_correction and rounding are
 # refused, never run); and what decides the statistics it measures (the rows and batches).
 CALIBRATION_FIELDS = ("algo", "hist_percent", "weight_quantize_type", "batch_size", "batch_nums",
-                      "max_calibration_samples", "skip_tensors", "calibration_histogram")
-STATISTICS_FIELDS = ("batch_size", "batch_nums", "max_calibration_samples", "calibration_histogram")
+                      "max_calibration_samples", "skip_tensors", "calibration_histogram", "equalize_depthwise_inputs")
+STATISTICS_FIELDS = ("batch_size", "batch_nums", "max_calibration_samples", "calibration_histogram",
+                     "equalize_depthwise_inputs")
 CALIBRATION_FORMAT = "quantgate-onnx-graph-calibration-1"  # the files a cached calibration folder holds
 
 
@@ -78,7 +79,8 @@ def _calibrate(config: QuantizeConfig, fp32_onnx: Path, data: StoredData, skip: 
                out_raw: Path, statistics: Statistics | None = None) -> OnnxCalibration:
     # The graph is paddle2onnx 2.x's normalised into 1.3.1's shapes already (the export stage: quantgate/pir).
     return calibrate_onnx_graph(fp32_onnx, stored_batches(data, config), config, skip, out_raw,
-                                histogram=config.calibration_histogram, statistics=statistics)
+                                histogram=config.calibration_histogram, statistics=statistics,
+                                equalize=config.equalize_depthwise_inputs)
 
 
 def calibrate_single(config: QuantizeConfig, fp32_onnx: Path, data: StoredData, out_dir: Path) -> dict:
@@ -129,10 +131,7 @@ def calibration_metrics(config: QuantizeConfig, calibration: OnnxCalibration, fp
         "quantized_layers": list(calibration.layers),
         "quantize_linear_ops": ops.get("QuantizeLinear", 0),
         "dequantize_linear_ops": ops.get("DequantizeLinear", 0),
-        "equalized_tensors": [],
-        # quantize.equalize_depthwise_inputs rescales a Paddle program's BatchNorm outputs: not done on the graph
-        "equalize_depthwise_inputs": "not done: a rewrite of the Paddle program, which a PIR model does not give "
-                                     "PaddleSlim" if config.equalize_depthwise_inputs else False,
+        "equalized_tensors": metrics["equalized_tensors"],  # conv → depthwise conv chains (onnx_equalization)
         "fp32_ops": _op_counts(fp32_onnx),
         "int8_ops": ops,
     }

@@ -44,12 +44,13 @@ def onnx_graph_batch(config, model_dir: Path, sample_shape: tuple[int, ...],
                      budget: MemoryBudget | None = None) -> BatchChoice:
     """The calibration batch on a PIR export's ONNX graph: quantize.batch_size when it fits the memory budget, else
     the largest that does (up to ONNX_GRAPH_BATCH when unset). A batch's measured tensors are all held at once, so
-    what one sample of `sample_shape` gives back (`onnx_calibration.calibration_bytes`) decides it; the same choice
-    every time this process asks again for the same graph, shape, setting and budget.
+    what a sample of `sample_shape` costs, probed in child processes (`onnx_calibration.calibration_bytes`), decides
+    it; the same choice every time this process asks again for the same graph, shape, setting and budget.
 
     Raises:
         PirNotQuantizable: as `require_onnx_graph`.
         MemoryRefused: one sample does not fit the budget.
+        ProbeFailed: a process measuring calibration's memory failed.
     """
     from quantgate.stages.quantize.onnx_calibration import calibration_bytes
 

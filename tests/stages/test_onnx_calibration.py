@@ -137,13 +137,13 @@ def test_the_calibration_batch_on_the_onnx_graph_is_fitted_to_the_memory_budget(
     export.mkdir()
     (export / "fp32.onnx").write_bytes(models("se_block").fp32_onnx.read_bytes())
     cost = calibration_bytes(export / "fp32.onnx", SHAPE)
-    # every measured tensor of one sample, held twice, plus the sample itself
-    assert cost.tensors > 0 and cost.per_sample > 2 * 4 * int(np.prod(SHAPE))
+    # probed in child processes: at least the sample itself and what measuring it holds
+    assert cost.per_sample > 4 * int(np.prod(SHAPE)) and cost.fixed > 0
     config = SimpleNamespace(batch_size=None)
     roomy = MemoryBudget(resident + 2**33, "test: plenty")
     assert onnx_graph_batch(config, export, SHAPE, roomy).batch_size == ONNX_GRAPH_BATCH
     five = MemoryBudget(resident + cost.fixed + int(5.5 * cost.per_sample), "test: five samples")
     chosen = onnx_graph_batch(SimpleNamespace(batch_size=16), export, SHAPE, five)
-    assert chosen.batch_size == 5 and "onnxruntime on one sample" in chosen.record()["measured_by"]
+    assert chosen.batch_size == 5 and "probed at batches 1 and 2" in chosen.record()["measured_by"]
     with pytest.raises(MemoryRefused, match="quantize.batch_size|one sample"):
         onnx_graph_batch(config, export, SHAPE, MemoryBudget(resident + cost.fixed, "test: too small"))
