@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Protocol
@@ -30,8 +29,8 @@ from onnx import numpy_helper
 from paddle.static.quantization import PostTrainingQuantization
 from paddle.static.quantization.cal_kl_threshold import cal_kl_threshold
 
-from quantgate.int8.errors import ConversionError
 from quantgate.int8 import onnx_equalization
+from quantgate.int8.errors import ConversionError
 from quantgate.int8.lower_int8 import Lowering, LoweringResult, lower_int8_model
 from quantgate.int8.paddle2onnx_qdq import (
     PADDLE2ONNX_NAME,
@@ -101,35 +100,6 @@ def _session(model: onnx.ModelProto, names: list[str]) -> ort.InferenceSession:
     # 24: 8.0 GB peak with it)
     options.enable_cpu_mem_arena = False
     return ort.InferenceSession(measured.SerializeToString(), options, providers=["CPUExecutionProvider"])
-
-
-@dataclass(frozen=True)
-class CalibrationBytes:
-    """What calibrating the graph holds in memory: the session and model (`fixed`) and, per sample of a batch, the
-    input and everything measuring its tensors holds (`per_sample`)."""
-
-    fixed: int
-    per_sample: int
-    measured_by: str
-
-
-@lru_cache(maxsize=8)
-def calibration_bytes(fp32_onnx: Path, sample_shape: tuple[int, ...]) -> CalibrationBytes:
-    """Measured in child processes (`onnx_calibration_probe`), once per graph and shape in this process (a stage's
-    graph is immutable): each batch's measured tensors are all held at once (`measure`), so they, not the graph,
-    decide the batch.
-
-    Raises:
-        ProbeFailed: a probing process failed (e.g. killed for memory at batch 1 or 2).
-    """
-    from quantgate.memory.probe import probe
-    from quantgate.stages.quantize.onnx_calibration_probe import PROBE_BATCHES
-
-    found = probe("quantgate.stages.quantize.onnx_calibration_probe",
-                  ["--graph", str(fp32_onnx), "--shape", *map(str, sample_shape)], PROBE_BATCHES)
-    sample = 4 * int(np.prod(sample_shape))
-    return CalibrationBytes(fixed=found.fixed_bytes, per_sample=found.per_sample_bytes + sample,
-                            measured_by=f"calibration on the ONNX graph {found.measured_by}")
 
 
 def _forward(session: ort.InferenceSession, names: list[str], batches: CalibrationBatches, timing: dict):

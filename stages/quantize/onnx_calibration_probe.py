@@ -1,4 +1,4 @@
-"""What calibrating a PIR model's ONNX graph costs per sample, measured in a child process (`quantgate.memory.probe`):
+"""What calibrating a PIR model's ONNX graph costs per sample, measured in a child process (`quantgate.memory.probe`, from `pir_seam.calibration_bytes`):
 `python -m quantgate.stages.quantize.onnx_calibration_probe --graph G --shape C H W --batch B` builds the calibration
 session (every measured tensor an output) and measures one batch of zeros as calibration does (`onnx_calibration.
 measure`, one-pass histograms), twice; the probe reads its high-water mark. onnxruntime's arena, its outputs,
@@ -11,8 +11,6 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-
-PROBE_BATCHES = (1, 2)  # 2, not 3: a 960x960 page's measured tensors are GBs, and the probe must fit the budget too
 
 
 def _load(graph: Path):

@@ -9,12 +9,20 @@ skip list: the layer's Q/DQ pairs dropped.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
+
+import numpy as np
 
 from quantgate.errors import BadInput, StageError
 from quantgate.memory import BatchChoice, MemoryBudget, choose_batch, memory_budget, tree_memory_bytes
+from quantgate.memory.probe import probe
 from quantgate.stages.export.outputs import FP32_ONNX_FILE, PIR_MODEL_FILE
 
+# The batches the calibration's memory is probed at: 2, not 3, since a 960x960 page's measured tensors are GBs and the
+# probe must fit the budget too
+PROBE_BATCHES = (1, 2)
 ONNX_GRAPH_BATCH = 32  # the calibration batch on the ONNX graph when quantize.batch_size is unset (`stored_batches`)
 
 
@@ -44,7 +52,7 @@ def onnx_graph_batch(config, model_dir: Path, sample_shape: tuple[int, ...],
                      budget: MemoryBudget | None = None) -> BatchChoice:
     """The calibration batch on a PIR export's ONNX graph: quantize.batch_size when it fits the memory budget, else
     the largest that does (up to ONNX_GRAPH_BATCH when unset). A batch's measured tensors are all held at once, so
-    what a sample of `sample_shape` costs, probed in child processes (`onnx_calibration.calibration_bytes`), decides
+    what a sample of `sample_shape` costs, probed in child processes (`calibration_bytes`), decides
     it; the same choice every time this process asks again for the same graph, shape, setting and budget.
 
     Raises:
@@ -52,8 +60,6 @@ def onnx_graph_batch(config, model_dir: Path, sample_shape: tuple[int, ...],
         MemoryRefused: one sample does not fit the budget.
         ProbeFailed: a process measuring calibration's memory failed.
     """
-    from quantgate.stages.quantize.onnx_calibration import calibration_bytes
-
     graph, budget = require_onnx_graph(model_dir), budget or memory_budget()
     key = (str(graph.resolve()), graph.stat().st_mtime_ns, tuple(sample_shape), config.batch_size, budget)
     if key not in _CHOSEN:
@@ -67,3 +73,29 @@ def onnx_graph_batch(config, model_dir: Path, sample_shape: tuple[int, ...],
 
 
 _CHOSEN: dict[tuple, BatchChoice] = {}
+
+
+@dataclass(frozen=True)
+class CalibrationBytes:
+    """What calibrating the graph holds in memory: the session and model (`fixed`) and, per sample of a batch, the
+    input and everything measuring its tensors holds (`per_sample`)."""
+
+    fixed: int
+    per_sample: int
+    measured_by: str
+
+
+@lru_cache(maxsize=8)
+def calibration_bytes(fp32_onnx: Path, sample_shape: tuple[int, ...]) -> CalibrationBytes:
+    """Measured in child processes (`onnx_calibration_probe`), once per graph and shape in this process (a stage's
+    graph is immutable): each batch's measured tensors are all held at once (`onnx_calibration.measure`), so they,
+    not the graph, decide the batch.
+
+    Raises:
+        ProbeFailed: a probing process failed (e.g. killed for memory at batch 1 or 2).
+    """
+    found = probe("quantgate.stages.quantize.onnx_calibration_probe",
+                  ["--graph", str(fp32_onnx), "--shape", *map(str, sample_shape)], PROBE_BATCHES)
+    sample = 4 * int(np.prod(sample_shape))
+    return CalibrationBytes(fixed=found.fixed_bytes, per_sample=found.per_sample_bytes + sample,
+                            measured_by=f"calibration on the ONNX graph {found.measured_by}")

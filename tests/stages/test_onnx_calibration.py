@@ -23,10 +23,9 @@ from quantgate.memory import MemoryBudget, MemoryRefused
 from quantgate.stages.quantize.onnx_calibration import (
     CALIBRATED_BY,
     calibrate_onnx_graph,
-    calibration_bytes,
     lower_calibrated,
 )
-from quantgate.stages.quantize.pir_seam import ONNX_GRAPH_BATCH, onnx_graph_batch
+from quantgate.stages.quantize.pir_seam import ONNX_GRAPH_BATCH, calibration_bytes, onnx_graph_batch
 
 BATCH, BATCHES = 16, 4  # pattern_model's PaddleSlim calibration: inputs(64, seed + 1) in 4 batches of 16
 HIST = SimpleNamespace(algo="hist", hist_percent=0.9999, weight_quantize_type="channel_wise_abs_max")  # its recipe
@@ -138,7 +137,7 @@ def test_the_calibration_batch_on_the_onnx_graph_is_fitted_to_the_memory_budget(
     (export / "fp32.onnx").write_bytes(models("se_block").fp32_onnx.read_bytes())
     cost = calibration_bytes(export / "fp32.onnx", SHAPE)
     # probed in child processes: at least the sample itself and what measuring it holds
-    assert cost.per_sample > 4 * int(np.prod(SHAPE)) and cost.fixed > 0
+    assert cost.per_sample > 4 * int(np.prod(SHAPE)) and cost.fixed >= 0
     config = SimpleNamespace(batch_size=None)
     roomy = MemoryBudget(resident + 2**33, "test: plenty")
     assert onnx_graph_batch(config, export, SHAPE, roomy).batch_size == ONNX_GRAPH_BATCH
