@@ -136,8 +136,8 @@ def test_the_calibration_batch_on_the_onnx_graph_is_fitted_to_the_memory_budget(
     export.mkdir()
     (export / "fp32.onnx").write_bytes(models("se_block").fp32_onnx.read_bytes())
     cost = calibration_bytes(export / "fp32.onnx", SHAPE)
-    # probed in child processes: at least the sample itself and what measuring it holds
-    assert cost.per_sample > 4 * int(np.prod(SHAPE)) and cost.fixed >= 0
+    # probed in child processes: the sample itself, and what measuring it holds (pages: VmHWM)
+    assert cost.per_sample >= 4 * int(np.prod(SHAPE)) and cost.fixed >= 0  # a tiny net's own share may read 0
     config = SimpleNamespace(batch_size=None)
     roomy = MemoryBudget(resident + 2**33, "test: plenty")
     assert onnx_graph_batch(config, export, SHAPE, roomy).batch_size == ONNX_GRAPH_BATCH
