@@ -55,7 +55,9 @@ class Statistics:
     `row_abs_max[name]`: per batch, each sample's max |x| (float32); `abs_min[name]`: the smallest |x| seen;
     `histograms[name]`: counts over PaddleSlim's 2048 bins of [abs min, abs max], or None before that pass;
     `fine_histograms[name]`: (first bin, counts) of `fine_histogram`'s fixed bins, measured with the ranges;
-    `mse_losses[name]`: per batch, (each of 'mse''s candidate scales' loss, the batch's max |x|) (`mse_search`).
+    `mse_losses[name]`: per batch, (each of 'mse''s candidate scales' loss, the batch's max |x|) (`mse_search`);
+    `channel_abs_max[name]`: per channel, the max |x| of a tensor equalization rescales, over the same batches
+    (quantgate.int8.onnx_equalization), or None when nothing was equalized from them.
     """
 
     batches: int
@@ -65,6 +67,7 @@ class Statistics:
     histograms: dict[str, np.ndarray] | None = None
     fine_histograms: dict[str, tuple[int, np.ndarray]] | None = None
     mse_losses: dict[str, list[tuple[np.ndarray, float]]] | None = None
+    channel_abs_max: dict[str, np.ndarray] | None = None
 
     def abs_max(self, name: str) -> float:
         return float(max(rows.max() for rows in self.row_abs_max[name]))

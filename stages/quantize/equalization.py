@@ -19,29 +19,13 @@ parameters read by no other op. Anything else between them (an activation, an af
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import paddle
 from paddle.static.quantization import utils
 
-from quantgate.int8.onnx_equalization import MAX_GAIN
-
-
-@dataclass(frozen=True)
-class Equalized:
-    """One BatchNorm → depthwise convolution pair rescaled: the tensor, and the spread of its channel ranges."""
-
-    tensor: str
-    channels: int
-    range_ratio_before: float  # widest channel's range over the narrowest's
-    range_ratio_after: float
-
-    def record(self) -> dict:
-        return {"tensor": self.tensor, "channels": self.channels,
-                "range_ratio_before": round(self.range_ratio_before, 2),
-                "range_ratio_after": round(self.range_ratio_after, 2)}
+from quantgate.int8.onnx_equalization import Equalized, channel_abs_max, channel_gains
 
 
 def _readers(block) -> dict[str, list]:
@@ -80,8 +64,8 @@ def depthwise_inputs(program) -> list[str]:
     return [batch_norm.output("Y")[0] for batch_norm, _ in _depthwise_after_batch_norm(program.global_block())]
 
 
-def equalize(program, scope, channel_abs_max: dict[str, np.ndarray]) -> list[Equalized]:
-    """Rescale the BatchNorm → depthwise convolution pairs whose tensors `channel_abs_max` names, in place
+def equalize(program, scope, ranges: dict[str, np.ndarray]) -> list[Equalized]:
+    """Rescale the BatchNorm → depthwise convolution pairs whose tensors `ranges` names, in place
     (parameters in `scope`), from each channel's max |x| on the calibration data.
 
     The program's function is unchanged up to float rounding; what changes is how evenly the BatchNorm's
@@ -90,23 +74,20 @@ def equalize(program, scope, channel_abs_max: dict[str, np.ndarray]) -> list[Equ
     place, done = paddle.CPUPlace(), []
     for batch_norm, conv in _depthwise_after_batch_norm(program.global_block()):
         tensor = batch_norm.output("Y")[0]
-        if tensor not in channel_abs_max:
+        if tensor not in ranges:
             continue
         (gamma_name,), (beta_name,) = batch_norm.input("Scale"), batch_norm.input("Bias")
         (filter_name,) = conv.input("Filter")
         gamma = utils.load_variable_data(scope, gamma_name)
         beta = utils.load_variable_data(scope, beta_name)
         weights = utils.load_variable_data(scope, filter_name)
-        ranges = np.asarray(channel_abs_max[tensor], dtype=np.float64)
-        gains = np.clip(ranges.max() / np.maximum(ranges, 1e-12), 1.0, MAX_GAIN)
+        gains, record = channel_gains(tensor, ranges[tensor])
         multiplier = weights.shape[0] // len(gains)  # a depthwise conv may give each channel several outputs
         per_output = np.repeat(gains, multiplier).reshape(-1, *([1] * (weights.ndim - 1)))
         utils.set_variable_data(scope, place, gamma_name, (gamma * gains).astype(gamma.dtype))
         utils.set_variable_data(scope, place, beta_name, (beta * gains).astype(beta.dtype))
         utils.set_variable_data(scope, place, filter_name, (weights / per_output).astype(weights.dtype))
-        after = ranges * gains
-        done.append(Equalized(tensor, len(gains), float(ranges.max() / max(ranges.min(), 1e-12)),
-                              float(after.max() / max(after.min(), 1e-12))))
+        done.append(record)
     return done
 
 
@@ -119,15 +100,14 @@ def equalized_copy(fp32, batches, prefix: Path) -> list[Equalized]:
     tensors = depthwise_inputs(fp32.program)
     if not tensors:
         return []
-    channel_abs_max: dict[str, np.ndarray] = {}
+    ranges: dict[str, np.ndarray] = {}
     with paddle.static.scope_guard(fp32.scope):
         for images in batches:
             outputs = fp32.executor.run(fp32.program, feed={fp32.feeds[0]: images}, fetch_list=tensors,
                                         use_prune=True)
             for name, values in zip(tensors, outputs):
-                widest = np.abs(np.asarray(values)).max(axis=tuple(i for i in range(values.ndim) if i != 1))
-                channel_abs_max[name] = np.maximum(channel_abs_max.get(name, 0.0), widest)
-        done = equalize(fp32.program, fp32.scope, channel_abs_max)
+                ranges[name] = np.maximum(ranges.get(name, 0.0), channel_abs_max(np.asarray(values)))
+        done = equalize(fp32.program, fp32.scope, ranges)
         feed = [fp32.program.global_block().var(fp32.feeds[0])]
         paddle.static.save_inference_model(str(prefix), feed, fp32.fetches, fp32.executor, program=fp32.program)
     return done

@@ -222,7 +222,11 @@ def calibrate_onnx_graph(fp32_onnx: Path, batches: CalibrationBatches, recipe: O
     started = time.perf_counter()
     model = constants_as_initializers(onnx.load(str(fp32_onnx)))
     folded = fold_batch_norms(model)
-    equalized = _equalized(model, batches) if equalize else []
+    ranges = None
+    if equalize:  # the ranges measured on these batches before, else one pass for them now
+        ranges = statistics.channel_abs_max if statistics is not None and statistics.channel_abs_max is not None \
+            else _channel_ranges(model, batches)
+    equalized = onnx_equalization.equalize(model, ranges) if ranges else []
     layers = quantizable_layers(model)
     _check(recipe, histogram, skip, layers)
     quantized = [layer for layer in layers if layer.weight is None or layer.weight not in skip]
@@ -232,6 +236,8 @@ def calibrate_onnx_graph(fp32_onnx: Path, batches: CalibrationBatches, recipe: O
     timing = {"forward_s": 0.0, "statistics_s": 0.0}
     if statistics is None or not _holds(statistics, recipe.algo, histogram):
         statistics, timing = measure(model, names, batches, recipe.algo, histogram)
+    if ranges is not None:
+        statistics.channel_abs_max = ranges
     activation_scales = {name: threshold / 127 for name, threshold in
                          thresholds(statistics, recipe.algo, recipe.hist_percent).items()}
     weights = weight_scales(model, [layer for layer in quantized if layer.weight], recipe.weight_quantize_type)
@@ -265,17 +271,15 @@ def calibrate_onnx_graph(fp32_onnx: Path, batches: CalibrationBatches, recipe: O
     return OnnxCalibration(Path(out_raw), program_scales, metrics, layer_weights, statistics)
 
 
-def _equalized(model: onnx.ModelProto, batches: CalibrationBatches) -> list[dict]:
-    """`onnx_equalization.equalize` of `model` in place, from its chains' per-channel max |x| over `batches`."""
+def _channel_ranges(model: onnx.ModelProto, batches: CalibrationBatches) -> dict[str, np.ndarray]:
+    """Per channel, the max |x| over `batches` of each conv → depthwise conv chain's tensor (`onnx_equalization`)."""
     tensors = [conv.output[0] for conv, _ in onnx_equalization.depthwise_pairs(model)]
-    if not tensors:
-        return []
-    session, ranges = _session(model, tensors), {}
-    for _, values in _forward(session, tensors, batches, {"forward_s": 0.0}):
-        for name, value in values.items():
-            widest = np.abs(value).max(axis=tuple(axis for axis in range(value.ndim) if axis != 1))
-            ranges[name] = np.maximum(ranges.get(name, 0.0), widest)
-    return onnx_equalization.equalize(model, ranges)
+    ranges: dict[str, np.ndarray] = {}
+    if tensors:
+        for _, values in _forward(_session(model, tensors), tensors, batches, {"forward_s": 0.0}):
+            for name, value in values.items():
+                ranges[name] = np.maximum(ranges.get(name, 0.0), onnx_equalization.channel_abs_max(value))
+    return ranges
 
 
 def _program_scales(weights: WeightScales, activation_scales: dict[str, float]) -> WeightScales:

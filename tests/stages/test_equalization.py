@@ -10,10 +10,10 @@ import pytest
 from paddle import nn
 
 from quantgate.config import QuantizeConfig
+from quantgate.int8.onnx_equalization import MAX_GAIN
 from quantgate.int8.static_graph import load_program, static_mode
 from quantgate.samples.reading import open_data
 from quantgate.stages.quantize import quantize
-from quantgate.stages.quantize.equalization import MAX_GAIN
 from tests.stages.test_quantize_streaming import image_folder_and_cnn
 
 CONFIG = QuantizeConfig(strategy="single", batch_size=8)  # the whole calibration split

@@ -97,3 +97,19 @@ def test_an_activation_between_the_convs_is_left_alone(tmp_path):
     calibration = calibrate_onnx_graph(tmp_path / "fp32.onnx", batches(), HIST, (), tmp_path / "raw.onnx",
                                        histogram="one_pass", equalize=True)
     assert calibration.metrics["equalized_tensors"] == []  # ReLU does not commute with a per-channel scale
+
+
+def test_a_calibration_from_measured_statistics_reuses_their_channel_ranges(tmp_path):
+    """A fall-back's estimate recalibrates from the base's statistics with no forward pass: the equalization's
+    ranges come with them, so the batches are not read again."""
+    stem(tmp_path / "fp32.onnx")
+    base = calibrate_onnx_graph(tmp_path / "fp32.onnx", batches(), HIST, (), tmp_path / "base.onnx",
+                                histogram="one_pass", equalize=True)
+
+    def unread():
+        raise AssertionError("the calibration batches were read again")
+
+    again = calibrate_onnx_graph(tmp_path / "fp32.onnx", unread, HIST, (), tmp_path / "again.onnx",
+                                 histogram="one_pass", statistics=base.statistics, equalize=True)
+    assert again.metrics["equalized_tensors"] == base.metrics["equalized_tensors"] != []
+    assert again.metrics["calibration_statistics_reused"]
