@@ -11,6 +11,7 @@ Arrays travel as .npy files in a scratch folder; the child answers each batch wi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -126,7 +127,8 @@ class PirPaddleRunner:
 
     def close(self) -> None:
         if self._child.poll() is None:
-            self._child.stdin.close()
+            with contextlib.suppress(OSError):  # a child that died between the poll and here
+                self._child.stdin.close()
             try:
                 self._child.wait(timeout=60)
             except subprocess.TimeoutExpired:

@@ -237,7 +237,8 @@ def render_markdown(title: str, evaluation: dict, gate_record: dict, train_metri
     lines += [f"INT8 calibrated by {calibrated_by}.", ""] if calibrated_by else []
     side_by_side = runtimes_table(evaluation, gate_record)
     lines += [*side_by_side, "", f"![Latency per runtime, FP32 vs INT8]({RUNTIMES_PLOT})", ""] if side_by_side else []
-    lines += [*pir_paddle_lines(evaluation), ""] if pir_paddle_lines(evaluation) else []
+    paddle_fp32 = pir_paddle_lines(evaluation)
+    lines += [*paddle_fp32, ""] if paddle_fp32 else []
     slower = slower_int8_lines(evaluation, gate_record)
     lines += [*slower, ""] if slower else []
     lines += _gate_table(gate_record) + [""]
